@@ -1,0 +1,43 @@
+# flashsend — every target does the set-up it needs; re-running is fast (nothing re-downloaded).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test test-unit lint typecheck up down clean
+
+$(STAMP): pyproject.toml requirements.lock
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "flashsend needs Python >= 3.11: install it and re-run make")'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.lock
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -e .
+	@touch $(STAMP)
+
+setup: $(STAMP)
+	$(BIN)/flashsend setup
+
+demo: setup
+	$(BIN)/flashsend up
+	$(BIN)/flashsend demo $(DEMO_ARGS)
+
+test: setup lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-unit: $(STAMP)
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+up: setup
+	$(BIN)/flashsend up
+
+down: $(STAMP)
+	$(BIN)/flashsend down
+
+clean: down
+	rm -rf .flashsend/run .flashsend/kafka .flashsend/postgres .flashsend/ses

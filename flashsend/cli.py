@@ -1,0 +1,56 @@
+"""`flashsend` — the command line. Each command group lives in flashsend/commands/."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from flashsend.errors import FlashsendError
+
+DESCRIPTION = """\
+flashsend sends flash-sale campaigns (~1M recipients) and transactional mail through Amazon SES
+with Kafka and PostgreSQL. PostgreSQL is the source of truth; Kafka carries work.
+
+Typical session:
+  flashsend up                      start the local stack (Kafka, PostgreSQL, SES stand-in)
+  flashsend users seed 100000       synthetic users
+  flashsend campaign create --name sale --template flash_sale
+  flashsend campaign start 1        snapshot recipients and produce them to Kafka
+  flashsend worker                  run a sender (start as many as you like)
+  flashsend campaign status 1       progress, rate, ETA
+  flashsend demo                    all of the above in one command, with a summary
+
+Settings come from FLASHSEND_* environment variables (see README.md).
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from flashsend.commands import registry
+
+    parser = argparse.ArgumentParser(
+        prog="flashsend", description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for register in registry():
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result = args.func(args)
+    except FlashsendError as exc:
+        print(f"flashsend: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("flashsend: interrupted", file=sys.stderr)
+        return 130
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

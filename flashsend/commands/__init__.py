@@ -1,0 +1,14 @@
+"""Command groups. Each module exposes `register(subparsers)`; add new ones to registry()."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+
+
+def registry() -> list[Register]:
+    from flashsend.commands import stack
+
+    return [stack.register]

@@ -1,0 +1,77 @@
+"""Local stack commands: setup, up, down, status-stack, migrate."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from flashsend.settings import load_settings
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("setup", help="check prerequisites and fetch the Kafka jars (idempotent)")
+    p.set_defaults(func=cmd_setup)
+    p = sub.add_parser("up", help="start the local stack and apply migrations (idempotent)")
+    p.set_defaults(func=cmd_up)
+    p = sub.add_parser("down", help="stop the local stack (data is kept in the state dir)")
+    p.set_defaults(func=cmd_down)
+    p = sub.add_parser("status-stack", help="show which local services answer, and where")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_status)
+    p = sub.add_parser("migrate", help="apply pending SQL migrations (infra/migrations)")
+    p.set_defaults(func=cmd_migrate)
+
+
+def cmd_setup(args: argparse.Namespace) -> int:
+    from infra.kafka import ensure_jars, kafka_version, require_java
+
+    settings = load_settings()
+    require_java()
+    libs = ensure_jars(settings)
+    print(f"java ok; kafka {kafka_version()} jars in {libs}")
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from infra.stack import Stack
+
+    settings = load_settings()
+    print(f"flashsend stack in {settings.state_dir}")
+    timings = Stack(settings).up()
+    print("endpoints:")
+    print(f"  kafka     {settings.kafka_bootstrap}")
+    print(f"  postgres  {settings.pg_dsn}")
+    print(f"  ses       {settings.ses_endpoint_url or 'real Amazon SES'}")
+    print(f"start seconds: {json.dumps(timings)}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from infra.stack import Stack
+
+    stopped = Stack(load_settings()).down()
+    print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from infra.stack import Stack
+
+    statuses = Stack(load_settings()).status()
+    if args.json:
+        out: dict[str, Any] = {s.name: {"up": s.running, "endpoint": s.endpoint} for s in statuses}
+        print(json.dumps(out))
+    else:
+        for s in statuses:
+            print(f"  {s.name:<9} {'up  ' if s.running else 'down'}  {s.endpoint}")
+    return 0 if all(s.running for s in statuses) else 1
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from infra.migrate import apply_migrations
+
+    applied = apply_migrations(load_settings().pg_dsn)
+    print(f"{len(applied)} migration(s) applied" + "".join(f"\n  {m.version:04d} {m.name}"
+                                                       for m in applied))
+    return 0

@@ -1,0 +1,100 @@
+"""Settings, read once from the environment (prefix ``FLASHSEND_``) and passed down frozen.
+
+Nothing else in the code base reads ``os.environ``. Every endpoint may point at an external
+service instead of the local stack: set ``FLASHSEND_KAFKA_BOOTSTRAP``, ``FLASHSEND_PG_DSN``,
+``FLASHSEND_SES_ENDPOINT`` (empty string = real Amazon SES) and list in
+``FLASHSEND_LOCAL_SERVICES`` only the services ``flashsend up`` should start itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from psycopg.conninfo import make_conninfo
+from pydantic import SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "FLASHSEND_"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore")
+
+    state_dir: Path = Path(".flashsend")
+    # Downloads (Kafka jars) shared by every state dir, so test stacks reuse them.
+    cache_dir: Path = Path(".flashsend/cache")
+    local_services: tuple[str, ...] = ("kafka", "postgres", "ses")
+
+    # Kafka (local broker: ports below; external: set kafka_bootstrap).
+    kafka_port: int = 19092
+    kafka_controller_port: int = 19093
+    kafka_bootstrap: str = ""  # empty: the local broker on kafka_port
+    kafka_heap_mb: int = 512
+    partitions: int = 12
+
+    # PostgreSQL (local: embedded server on pg_port; external: set pg_dsn).
+    pg_port: int = 15432
+    pg_database: str = "flashsend"
+    pg_dsn: str = ""  # empty: the local server on pg_port
+
+    # SES: the local stand-in by default; an empty endpoint means real Amazon SES.
+    ses_port: int = 14566
+    ses_endpoint: str | None = None  # None: local stand-in; "": real Amazon SES
+    ses_region: str = "us-east-1"
+    ses_access_key_id: str = "flashsend-local"
+    ses_secret_access_key: SecretStr = SecretStr("flashsend-local")
+    ses_max_send_rate: int = 20000
+    ses_latency_ms: int = 0
+
+    schema_registry_url: str = "mock://flashsend"
+
+    # Topics and consumer groups (tests give each test its own).
+    topic_recipients: str = "campaign.recipients"
+    topic_mail_events: str = "mail.events"
+    topic_order_events: str = "order.events"
+    topic_dlq: str = "flashsend.dlq"
+    group_sender: str = "flashsend-sender"
+    app_id: str = "flashsend"
+
+    # Campaign defaults.
+    marketing_configuration_set: str = "marketing"
+    transactional_configuration_set: str = "transactional"
+    from_address: str = "Flash Sale <sale@news.flashsend.test>"
+    default_rate: float = 600.0
+    audience_condition: str = "u.status = 'active' AND u.marketing_opt_in"
+
+    # Sender tuning.
+    batch_size: int = 50
+    inflight_calls: int = 8
+    ses_timeout_s: float = 10.0
+    lease_s: float = 120.0
+
+    @model_validator(mode="after")
+    def _fill_local_endpoints(self) -> Settings:
+        # Frozen model: defaults that depend on other fields are filled once, here.
+        if not self.kafka_bootstrap:
+            object.__setattr__(self, "kafka_bootstrap", f"127.0.0.1:{self.kafka_port}")
+        if not self.pg_dsn:
+            dsn = f"postgresql://postgres@127.0.0.1:{self.pg_port}/{self.pg_database}"
+            object.__setattr__(self, "pg_dsn", dsn)
+        if self.ses_endpoint is None:
+            object.__setattr__(self, "ses_endpoint", f"http://127.0.0.1:{self.ses_port}")
+        object.__setattr__(self, "state_dir", self.state_dir.resolve())
+        object.__setattr__(self, "cache_dir", self.cache_dir.resolve())
+        return self
+
+    def pg_dsn_for(self, database: str | None = None) -> str:
+        """The DSN of another database on the same server (tests, the order service)."""
+        if database is None:
+            return self.pg_dsn
+        return make_conninfo(self.pg_dsn, dbname=database)
+
+    @property
+    def ses_endpoint_url(self) -> str | None:
+        """endpoint_url for boto3, or None for real Amazon SES."""
+        return self.ses_endpoint or None
+
+
+def load_settings(**overrides: object) -> Settings:
+    """The one place settings are read from the environment."""
+    return Settings(**overrides)  # type: ignore[arg-type]

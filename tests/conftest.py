@@ -1,0 +1,94 @@
+"""Shared fixtures: one real stack per test session, one database and topic set per test.
+
+The stack (Kafka broker, PostgreSQL 18, SES stand-in) is started once in a temp state dir on
+free loopback ports, or reused when FLASHSEND_TEST_REUSE_STACK=1 and FLASHSEND_* point at a
+running one (e.g. after `flashsend up`).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from flashsend.settings import Settings, load_settings
+from infra.kafka import KafkaBroker
+from infra.migrate import apply_migrations
+from infra.postgres import PostgresServer
+from infra.process import free_port
+from infra.stack import SesStandin
+
+TEMPLATE_DB = "flashsend_test_template"
+
+
+@dataclass
+class LocalStack:
+    settings: Settings
+    kafka: KafkaBroker
+    postgres: PostgresServer
+    ses: SesStandin
+    owned: bool
+
+    def settings_for(self, **overrides: object) -> Settings:
+        data = self.settings.model_dump()
+        data.update(overrides)
+        return Settings(**data)
+
+
+def _start_stack(state_dir: Path) -> LocalStack:
+    if os.environ.get("FLASHSEND_TEST_REUSE_STACK") == "1":
+        settings = load_settings()
+        return LocalStack(settings, KafkaBroker(settings), PostgresServer(settings),
+                         SesStandin(settings), owned=False)
+    settings = load_settings(
+        state_dir=state_dir,
+        kafka_port=free_port(),
+        kafka_controller_port=free_port(),
+        pg_port=free_port(),
+        ses_port=free_port(),
+        kafka_heap_mb=384,
+        ses_max_send_rate=0,
+    )
+    stack = LocalStack(settings, KafkaBroker(settings), PostgresServer(settings),
+                      SesStandin(settings), owned=True)
+    stack.postgres.start()
+    stack.kafka.start()
+    stack.ses.start()
+    return stack
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    state_dir = tmp_path_factory.mktemp("stack")
+    test_stack = _start_stack(state_dir)
+    test_stack.postgres.create_database(TEMPLATE_DB)
+    apply_migrations(test_stack.settings.pg_dsn_for(TEMPLATE_DB))
+    try:
+        yield test_stack
+    finally:
+        if test_stack.owned:
+            test_stack.ses.stop()
+            test_stack.kafka.stop()
+            test_stack.postgres.stop(mode="immediate")
+
+
+@pytest.fixture
+def settings(stack: LocalStack) -> Settings:
+    """Settings for one test: its own database (cloned from the migrated template) and topics."""
+    suffix = uuid.uuid4().hex[:10]
+    database = f"t_{suffix}"
+    stack.postgres.create_database(database, template=TEMPLATE_DB)
+    return stack.settings_for(
+        pg_database=database,
+        pg_dsn=stack.settings.pg_dsn_for(database),
+        topic_recipients=f"recipients-{suffix}",
+        topic_mail_events=f"events-{suffix}",
+        topic_order_events=f"orders-{suffix}",
+        topic_dlq=f"dlq-{suffix}",
+        group_sender=f"sender-{suffix}",
+        app_id=f"flashsend-{suffix}",
+    )
