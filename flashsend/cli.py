@@ -29,7 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     from flashsend.commands import registry
 
     parser = argparse.ArgumentParser(
-        prog="flashsend", description=DESCRIPTION,
+        prog="flashsend",
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -61,11 +61,13 @@ class Settings(BaseSettings):
     transactional_configuration_set: str = "transactional"
     from_address: str = "Flash Sale <sale@news.flashsend.test>"
     default_rate: float = 600.0
+    # Recipients/s of the SES account's MaxSendRate kept free for transactional mail.
+    transactional_reserve: float = 50.0
     audience_condition: str = "u.status = 'active' AND u.marketing_opt_in"
 
     # Sender tuning.
     batch_size: int = 50
-    inflight_calls: int = 8
+    inflight_calls: int = 12
     ses_timeout_s: float = 10.0
     lease_s: float = 120.0
 
@@ -98,3 +100,19 @@ class Settings(BaseSettings):
 def load_settings(**overrides: object) -> Settings:
     """The one place settings are read from the environment."""
     return Settings(**overrides)  # type: ignore[arg-type]
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """FLASHSEND_* variables that reproduce `settings` in a child process (workers)."""
+    env: dict[str, str] = {}
+    for name, value in settings.model_dump().items():
+        if value is None:
+            continue
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if isinstance(value, tuple | list):
+            import json
+
+            value = json.dumps(list(value))
+        env[f"{ENV_PREFIX}{name.upper()}"] = str(value)
+    return env

@@ -58,7 +58,9 @@ def require_java() -> str:
     out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
     match = re.search(r'version "(\d+)', out)
     if match is None or int(match.group(1)) < 17:
-        raise PrerequisiteMissing(f"java >= 17 needed, found: {out.splitlines()[0] if out else '?'}")
+        raise PrerequisiteMissing(
+            f"java >= 17 needed, found: {out.splitlines()[0] if out else '?'}"
+        )
     return java
 
 
@@ -73,8 +75,16 @@ def ensure_jars(settings: Settings) -> Path:
         raise PrerequisiteMissing("mvn not found: install Maven (e.g. apt-get install maven)")
     libs.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
-        [mvn, "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
-         "-DincludeScope=runtime", f"-DoutputDirectory={libs}"],
+        [
+            mvn,
+            "-q",
+            "-B",
+            "-f",
+            str(POM),
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={libs}",
+        ],
         capture_output=True,
         text=True,
     )
@@ -136,17 +146,24 @@ class KafkaBroker:
     def _java_cmd(self, libs: Path, java: str, *args: str) -> list[str]:
         heap = self.settings.kafka_heap_mb
         return [
-            java, f"-Xms{heap}m", f"-Xmx{heap}m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            java,
+            f"-Xms{heap}m",
+            f"-Xmx{heap}m",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.home / 'log4j2.xml'}",
-            "-cp", f"{libs}/*", *args,
+            "-cp",
+            f"{libs}/*",
+            *args,
         ]
 
     def _format(self, libs: Path, java: str, config: Path) -> None:
         if (self.data_dir / "meta.properties").exists():
             return
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        cmd = self._java_cmd(libs, java, "kafka.tools.StorageTool", "format",
-                             "-t", cluster_id, "-c", str(config))
+        cmd = self._java_cmd(
+            libs, java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)
+        )
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise StackError(f"kafka storage format failed: {proc.stdout}{proc.stderr}".strip())
@@ -165,15 +182,23 @@ class KafkaBroker:
         libs = ensure_jars(self.settings)
         require_free_port(self.settings.kafka_port, "kafka", "FLASHSEND_KAFKA_PORT")
         require_free_port(
-            self.settings.kafka_controller_port, "kafka controller", "FLASHSEND_KAFKA_CONTROLLER_PORT"
+            self.settings.kafka_controller_port,
+            "kafka controller",
+            "FLASHSEND_KAFKA_CONTROLLER_PORT",
         )
         config = self._write_config()
         self._format(libs, java, config)
-        self.process.start(self._java_cmd(libs, java, "kafka.Kafka", str(config)),
-                           env=dict(os.environ))
+        self.process.start(
+            self._java_cmd(libs, java, "kafka.Kafka", str(config)), env=dict(os.environ)
+        )
         try:
-            return wait_until(self.ready, timeout=timeout, what="kafka broker",
-                              alive=self.running, log=self.process.log_file)
+            return wait_until(
+                self.ready,
+                timeout=timeout,
+                what="kafka broker",
+                alive=self.running,
+                log=self.process.log_file,
+            )
         except StackError:
             self.process.stop()
             raise
@@ -185,7 +210,9 @@ class KafkaBroker:
 def _metadata_ok(bootstrap: str) -> bool:
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 1000})
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 1000}
+    )
     try:
         md = admin.list_topics(timeout=1.0)
     except Exception:

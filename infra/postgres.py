@@ -62,8 +62,11 @@ def _as_server_user() -> dict[str, Any]:
     try:
         pwd.getpwnam(SYSTEM_USER)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "-s", "/usr/sbin/nologin",
-                        SYSTEM_USER], check=True, capture_output=True)
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "-s", "/usr/sbin/nologin", SYSTEM_USER],
+            check=True,
+            capture_output=True,
+        )
     return {"user": SYSTEM_USER}
 
 
@@ -77,7 +80,7 @@ def _make_traversable(data_dir: Path) -> None:
     for path in (data_dir, _install_dir()):
         for parent in path.parents:
             _chmod_add(parent, stat.S_IXOTH | stat.S_IXGRP)
-    for root, dirs, files in os.walk(_install_dir()):
+    for root, _dirs, files in os.walk(_install_dir()):
         _chmod_add(Path(root), rx)
         for name in files:
             _chmod_add(Path(root) / name, rx)
@@ -90,8 +93,9 @@ class PostgresServer:
         self.log_file = settings.state_dir / "run" / "postgres.log"
 
     def _run(self, argv: list[str], *, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              **_as_server_user())
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, **_as_server_user()
+        )
 
     def _init(self) -> None:
         if (self.data_dir / "PG_VERSION").exists():
@@ -101,8 +105,18 @@ class PostgresServer:
             _make_traversable(self.data_dir)
             entry = pwd.getpwnam(SYSTEM_USER)
             os.chown(self.data_dir, entry.pw_uid, entry.pw_gid)
-        proc = self._run([str(_bin("initdb")), "-D", str(self.data_dir), "--auth=trust",
-                          "--encoding=UTF8", "--locale=C", "-U", "postgres"])
+        proc = self._run(
+            [
+                str(_bin("initdb")),
+                "-D",
+                str(self.data_dir),
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+                "-U",
+                "postgres",
+            ]
+        )
         if proc.returncode != 0:
             raise StackError(f"initdb failed: {proc.stderr.strip() or proc.stdout.strip()}")
 
@@ -140,10 +154,24 @@ class PostgresServer:
             self.log_file.touch()
             entry = pwd.getpwnam(SYSTEM_USER)
             os.chown(self.log_file, entry.pw_uid, entry.pw_gid)
-        proc = self._run([str(_bin("pg_ctl")), "-D", str(self.data_dir), "-l", str(self.log_file),
-                          "-w", "-t", str(int(timeout)), "start"], timeout=timeout + 5)
+        proc = self._run(
+            [
+                str(_bin("pg_ctl")),
+                "-D",
+                str(self.data_dir),
+                "-l",
+                str(self.log_file),
+                "-w",
+                "-t",
+                str(int(timeout)),
+                "start",
+            ],
+            timeout=timeout + 5,
+        )
         if proc.returncode != 0:
-            raise ServiceFailed(f"postgres did not start: {proc.stderr.strip()}; see {self.log_file}")
+            raise ServiceFailed(
+                f"postgres did not start: {proc.stderr.strip()}; see {self.log_file}"
+            )
         elapsed = time.monotonic() - began
         self.create_database(self.settings.pg_database)
         return elapsed
@@ -160,12 +188,15 @@ class PostgresServer:
         from psycopg import sql
 
         with psycopg.connect(self.settings.pg_dsn_for("postgres"), autocommit=True) as conn:
-            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
+            ).fetchone()
             if exists:
                 return False
             stmt = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
             if template:
                 stmt = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                    sql.Identifier(name), sql.Identifier(template))
+                    sql.Identifier(name), sql.Identifier(template)
+                )
             conn.execute(stmt)
             return True

@@ -54,14 +54,31 @@ class SesStandin:
             return 0.0
         s = self.settings
         require_free_port(s.ses_port, "the SES stand-in", "FLASHSEND_SES_PORT")
-        self.process.start([
-            sys.executable, "-m", "infra.ses_standin", "--host", "127.0.0.1",
-            "--port", str(s.ses_port), "--state-dir", str(s.state_dir / "ses"),
-            "--max-send-rate", str(s.ses_max_send_rate), "--latency-ms", str(s.ses_latency_ms),
-        ])
+        self.process.start(
+            [
+                sys.executable,
+                "-m",
+                "infra.ses_standin",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(s.ses_port),
+                "--state-dir",
+                str(s.state_dir / "ses"),
+                "--max-send-rate",
+                str(s.ses_max_send_rate),
+                "--latency-ms",
+                str(s.ses_latency_ms),
+            ]
+        )
         try:
-            return wait_until(self.ready, timeout=timeout, what="SES stand-in",
-                              alive=self.running, log=self.process.log_file)
+            return wait_until(
+                self.ready,
+                timeout=timeout,
+                what="SES stand-in",
+                alive=self.running,
+                log=self.process.log_file,
+            )
         except StackError:
             self.process.stop()
             raise
@@ -97,7 +114,9 @@ class Stack:
                 timings[name] = round(time.monotonic() - began, 2) if waited else 0.0
                 if waited:
                     started.append(stop)
-                log(f"  {name:<9} {'started in ' + str(timings[name]) + 's' if waited else 'running'}")
+                log(
+                    f"  {name:<9} {'started in ' + str(timings[name]) + 's' if waited else 'running'}"
+                )
             if migrate:
                 applied = apply_migrations(self.settings.pg_dsn)
                 log(f"  migrations {len(applied)} applied")

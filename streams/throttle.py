@@ -22,6 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# Float sums of 1/rate drift by picoseconds; a delay this small is noise, not a wait.
+_EPSILON = 1e-9
+
 
 def split_rate(total_rate: float, partitions: int) -> float:
     """Per-partition share of a campaign rate: R / P; 0 (or less) stays 0 = unlimited."""
@@ -66,10 +69,16 @@ class Gcra:
         The booking is made immediately, so concurrent callers each get their own slot; a caller
         that sleeps the returned delay and then sends stays within the rate. Raises ValueError
         for `n > burst`: such a call could never fit in the bucket and would break the bound.
+        The bound holds for the booked send times: a caller that oversleeps (a blocked event
+        loop) sends late and may bunch with later bookings; a caller that books and then does
+        not send (campaign paused) just wastes its slot, which errs on the slow side.
         """
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
-        if self.unlimited or n == 0:
+        if n == 0:
+            return 0.0
+        if self.unlimited:
+            self._tat = now  # only remembers that something was sent (see set_rate)
             return 0.0
         if n > self.burst:
             raise ValueError(f"cannot reserve {n} recipients with burst {self.burst}")
@@ -81,7 +90,9 @@ class Gcra:
             self._tat = now + tau
             return 0.0
         # Admissible once the debt still outstanding plus this cost fits into the bucket.
-        send_at = max(now, self._tat + cost - tau)
+        send_at = self._tat + cost - tau
+        if send_at - now <= _EPSILON:
+            send_at = now
         self._tat = max(self._tat, send_at) + cost
         return send_at - now
 
@@ -89,18 +100,17 @@ class Gcra:
         """Change the rate without a burst.
 
         Outstanding recipients (admitted but not yet paid for) are kept and repriced at the new
-        rate. Going from unlimited to limited starts with an empty bucket, because an unlimited
-        limiter does not know what was just sent. Reservations already handed out keep their
-        delay: a lowered rate applies from the next reservation on.
+        rate. Going from unlimited to limited after sending starts with an empty bucket, because
+        an unlimited limiter does not know how much was just sent. A limiter that has admitted
+        nothing yet stays fresh. Reservations already handed out keep their delay: a lowered
+        rate applies from the next reservation on.
         """
         old = self.rate
         self.rate = rate
-        if rate <= 0:
-            self._tat = None
+        if self._tat is None or rate <= 0:
             return
-        tau = self.burst / rate
-        if old <= 0 or self._tat is None:
-            self._tat = now + tau
+        if old <= 0:
+            self._tat = now + self.burst / rate
             return
         outstanding = max(0.0, self._tat - now) * old  # recipients not yet paid for
         self._tat = now + outstanding / rate
@@ -193,3 +203,43 @@ class Aimd:
         self._rate = min(self._reference, self._rate + self.increase * self._reference * elapsed)
         self._last_change = now
         return self._rate
+
+
+@dataclass
+class Pacer:
+    """Strict spacing for one sender lane: after a call of n recipients the next may start no
+    sooner than n / rate seconds later, measured from when the call actually STARTED.
+
+    Unlike GCRA there is no catch-up: a call that went out late (event loop busy, a slow DB
+    write) does not earn the next one an early start, so two calls of the same lane are never
+    closer than the rate allows and P lanes at R/P stay within R in any sliding second (GCRA
+    alone only guarantees R + P*burst). `headroom` (< 1) keeps a little slack for the network
+    jitter between our clock and the provider's.
+
+    A new pacer (a partition just taken over after a rebalance) waits one interval before its
+    first call: the previous owner may have just sent (empty bucket, no burst).
+    """
+
+    rate: float
+    headroom: float = 0.98
+    _next: float | None = field(default=None, init=False, repr=False)
+
+    @property
+    def unlimited(self) -> bool:
+        return self.rate <= 0
+
+    def delay(self, n: int, now: float) -> float:
+        """Seconds to wait before a call of n recipients may start."""
+        if self.unlimited:
+            return 0.0
+        if self._next is None:
+            self._next = now + n / (self.rate * self.headroom)
+        return max(0.0, self._next - now)
+
+    def started(self, n: int, now: float) -> None:
+        """Record that a call of n recipients started at `now`."""
+        if not self.unlimited:
+            self._next = now + n / (self.rate * self.headroom)
+
+    def set_rate(self, rate: float) -> None:
+        self.rate = rate

@@ -42,8 +42,13 @@ class LocalStack:
 def _start_stack(state_dir: Path) -> LocalStack:
     if os.environ.get("FLASHSEND_TEST_REUSE_STACK") == "1":
         settings = load_settings()
-        return LocalStack(settings, KafkaBroker(settings), PostgresServer(settings),
-                         SesStandin(settings), owned=False)
+        return LocalStack(
+            settings,
+            KafkaBroker(settings),
+            PostgresServer(settings),
+            SesStandin(settings),
+            owned=False,
+        )
     settings = load_settings(
         state_dir=state_dir,
         kafka_port=free_port(),
@@ -53,8 +58,9 @@ def _start_stack(state_dir: Path) -> LocalStack:
         kafka_heap_mb=384,
         ses_max_send_rate=0,
     )
-    stack = LocalStack(settings, KafkaBroker(settings), PostgresServer(settings),
-                      SesStandin(settings), owned=True)
+    stack = LocalStack(
+        settings, KafkaBroker(settings), PostgresServer(settings), SesStandin(settings), owned=True
+    )
     stack.postgres.start()
     stack.kafka.start()
     stack.ses.start()

@@ -9,6 +9,6 @@ Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 
 
 def registry() -> list[Register]:
-    from flashsend.commands import stack
+    from flashsend.commands import campaign, demo, stack, worker
 
-    return [stack.register]
+    return [stack.register, campaign.register, worker.register, demo.register]

@@ -72,6 +72,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from infra.migrate import apply_migrations
 
     applied = apply_migrations(load_settings().pg_dsn)
-    print(f"{len(applied)} migration(s) applied" + "".join(f"\n  {m.version:04d} {m.name}"
-                                                       for m in applied))
+    print(
+        f"{len(applied)} migration(s) applied"
+        + "".join(f"\n  {m.version:04d} {m.name}" for m in applied)
+    )
     return 0

@@ -28,12 +28,21 @@ def test_confluent_kafka_round_trip(settings: Settings) -> None:
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True})
     delivered: list[str] = []
     for i in range(10):
-        producer.produce(topic, key=str(i), value=f"v{i}",
-                         on_delivery=lambda err, msg: delivered.append("ok" if err is None else str(err)))
+        producer.produce(
+            topic,
+            key=str(i),
+            value=f"v{i}",
+            on_delivery=lambda err, msg: delivered.append("ok" if err is None else str(err)),
+        )
     assert producer.flush(30) == 0
     assert delivered == ["ok"] * 10
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": settings.group_sender,
-                         "auto.offset.reset": "earliest"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap,
+            "group.id": settings.group_sender,
+            "auto.offset.reset": "earliest",
+        }
+    )
     consumer.subscribe([topic])
     seen: set[bytes] = set()
     try:
@@ -62,8 +71,12 @@ def test_aiokafka_round_trip(settings: Settings) -> None:
                 await producer.send_and_wait(topic, f"a{i}".encode())
         finally:
             await producer.stop()
-        consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.kafka_bootstrap,
-                                    group_id=settings.group_sender, auto_offset_reset="earliest")
+        consumer = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=settings.kafka_bootstrap,
+            group_id=settings.group_sender,
+            auto_offset_reset="earliest",
+        )
         await consumer.start()
         try:
             got: list[bytes] = []
@@ -101,8 +114,13 @@ def test_status_stack_reports_running_services(stack: LocalStack) -> None:
     }
     import os
 
-    out = subprocess.run([sys.executable, "-m", "flashsend.cli", "status-stack", "--json"],
-                         capture_output=True, text=True, env={**os.environ, **env_vars}, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "flashsend.cli", "status-stack", "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env_vars},
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert '"up": false' not in out.stdout
 
@@ -115,8 +133,13 @@ def test_port_taken_gives_one_line(stack: LocalStack) -> None:
         "FLASHSEND_STATE_DIR": str(stack.settings.state_dir) + "-other",
         "FLASHSEND_PG_PORT": str(stack.settings.pg_port),  # taken by the test stack
     }
-    out = subprocess.run([sys.executable, "-m", "flashsend.cli", "up"], capture_output=True,
-                         text=True, env={**os.environ, **env_vars}, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "flashsend.cli", "up"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env_vars},
+        timeout=120,
+    )
     assert out.returncode == 2
     last = out.stderr.strip().splitlines()
     assert len(last) == 1 and "FLASHSEND_PG_PORT" in last[0], out.stderr

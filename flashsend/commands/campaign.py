@@ -1,0 +1,234 @@
+"""`flashsend campaign …`, `flashsend users seed`, `flashsend template put`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import psycopg
+
+from flashsend.progress import ProgressLine
+from flashsend.settings import Settings, load_settings
+from sinks.campaign_store import CampaignStore
+
+DEFAULT_TEMPLATE = "flash_sale"
+DEFAULT_SUBJECT = "{{first_name}}, the flash sale starts now"
+DEFAULT_HTML = "<p>Hi {{first_name}},</p><p>Everything is 50% off for the next 2 hours.</p>"
+DEFAULT_TEXT = "Hi {{first_name}}, everything is 50% off for the next 2 hours."
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    users = sub.add_parser("users", help="synthetic users").add_subparsers(
+        dest="users_cmd", required=True
+    )
+    p = users.add_parser(
+        "seed",
+        help="add N synthetic users (some inactive, opted out, "
+        "suppressed, invalid — realistic shares)",
+    )
+    p.add_argument("count", type=int)
+    p.set_defaults(func=cmd_users_seed)
+
+    tmpl = sub.add_parser("template", help="SES templates").add_subparsers(
+        dest="tmpl_cmd", required=True
+    )
+    p = tmpl.add_parser("put", help="create or update an SES template ({{var}} placeholders)")
+    p.add_argument("name", nargs="?", default=DEFAULT_TEMPLATE)
+    p.add_argument("--subject", default=DEFAULT_SUBJECT)
+    p.add_argument("--html", default=DEFAULT_HTML)
+    p.add_argument("--text", default=DEFAULT_TEXT)
+    p.set_defaults(func=cmd_template_put)
+
+    camp = sub.add_parser("campaign", help="create, start, watch and control campaigns")
+    csub = camp.add_subparsers(dest="campaign_cmd", required=True, metavar="ACTION")
+    p = csub.add_parser("create", help="create a draft campaign (prints its id)")
+    p.add_argument("--name", required=True)
+    p.add_argument("--template", default=DEFAULT_TEMPLATE)
+    p.add_argument(
+        "--from",
+        dest="from_address",
+        default=None,
+        help="From address (default FLASHSEND_FROM_ADDRESS)",
+    )
+    p.add_argument(
+        "--configuration-set",
+        default=None,
+        help="SES configuration set (default FLASHSEND_MARKETING_CONFIGURATION_SET)",
+    )
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="recipients per second for the whole campaign; 0 = unlimited "
+        "(default FLASHSEND_DEFAULT_RATE)",
+    )
+    p.add_argument(
+        "--audience", default=None, help="SQL condition over users u (default: active and opted in)"
+    )
+    p.set_defaults(func=cmd_create)
+
+    p = csub.add_parser(
+        "start",
+        help="preflight, snapshot recipients, produce them to Kafka "
+        "(starting twice produces nothing new)",
+    )
+    p.add_argument("id", type=int)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_start)
+
+    p = csub.add_parser("status", help="counts per status, rate and ETA (one query)")
+    p.add_argument("id", type=int)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--watch", action="store_true", help="refresh until the campaign is done")
+    p.set_defaults(func=cmd_status)
+
+    for action, help_text in (
+        ("pause", "stop SES calls within a second"),
+        ("resume", "continue a paused campaign"),
+        ("cancel", "cancel every still-pending recipient"),
+    ):
+        p = csub.add_parser(action, help=help_text)
+        p.add_argument("id", type=int)
+        p.add_argument("--reason", default=f"operator {action}")
+        p.set_defaults(func=cmd_control, action=action)
+
+
+def _connect(settings: Settings) -> psycopg.Connection[Any]:
+    return psycopg.connect(settings.pg_dsn, autocommit=True)
+
+
+def cmd_users_seed(args: argparse.Namespace) -> int:
+    from sinks.users import seed_users
+
+    settings = load_settings()
+    began = time.monotonic()
+    result = seed_users(settings.pg_dsn, args.count)
+    print(
+        f"added {result.added:,} users ({result.suppressed:,} suppressed) in "
+        f"{time.monotonic() - began:.1f}s; {result.total:,} users in all"
+    )
+    return 0
+
+
+def cmd_template_put(args: argparse.Namespace) -> int:
+    from sinks.ses import SesSender, make_client
+
+    settings = load_settings()
+    SesSender(make_client(settings, timeout=10)).put_template(
+        args.name, args.subject, args.html, args.text
+    )
+    print(f"template {args.name} stored in SES ({settings.ses_endpoint_url or 'Amazon SES'})")
+    return 0
+
+
+def create_campaign(
+    settings: Settings,
+    *,
+    name: str,
+    template: str = DEFAULT_TEMPLATE,
+    rate: float | None = None,
+    from_address: str | None = None,
+    configuration_set: str | None = None,
+    audience: str | None = None,
+) -> int:
+    with _connect(settings) as conn:
+        return CampaignStore(conn).create(
+            name=name,
+            template=template,
+            from_address=from_address or settings.from_address,
+            configuration_set=configuration_set or settings.marketing_configuration_set,
+            rate_limit=settings.default_rate if rate is None else rate,
+            audience_condition=audience or settings.audience_condition,
+        )
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    cid = create_campaign(
+        settings,
+        name=args.name,
+        template=args.template,
+        rate=args.rate,
+        from_address=args.from_address,
+        configuration_set=args.configuration_set,
+        audience=args.audience,
+    )
+    print(cid)
+    return 0
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    from producers.campaign import start_campaign
+
+    settings = load_settings()
+    bar = ProgressLine(f"campaign {args.id} produce")
+    result = start_campaign(settings, args.id, progress=lambda d, t: bar.update(d, t))
+    bar.close()
+    if args.json:
+        print(json.dumps(result.__dict__))
+    elif result.already_started and result.produced == 0:
+        print(f"campaign {args.id} was already started: nothing new produced")
+    else:
+        print(
+            f"campaign {args.id}: {result.recipients:,} recipients snapshotted in "
+            f"{result.snapshot_s:.1f}s, {result.produced:,} produced in {result.produce_s:.1f}s"
+        )
+    return 0
+
+
+def format_status(p: Any) -> str:
+    rate = p.send_rate
+    pending = p["pending"] + p["sending"]
+    eta = f"{pending / rate:,.0f}s" if rate > 0 and pending else "-"
+    return (
+        f"campaign {p['id']} {p['name']!r}: {p['status']}"
+        f"{' (' + p['reason'] + ')' if p['reason'] else ''}\n"
+        f"  recipients {p.total:,}  sent {p['sent']:,}  pending {p['pending']:,}  "
+        f"sending {p['sending']:,}  failed {p['failed']:,}  unknown {p['unknown']:,}  "
+        f"skipped {p['skipped']:,}  cancelled {p['cancelled']:,}\n"
+        f"  rate {rate:,.0f}/s (limit {p['rate_limit'] or 'unlimited'})  ETA {eta}"
+    )
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    with _connect(settings) as conn:
+        store = CampaignStore(conn)
+        while True:
+            began = time.perf_counter()
+            progress = store.progress(args.id)
+            query_ms = (time.perf_counter() - began) * 1000
+            if args.json:
+                print(
+                    json.dumps({**progress.as_dict(), "query_ms": round(query_ms, 1)}, default=str)
+                )
+            else:
+                print(format_status(progress) + f"  (query {query_ms:.0f} ms)")
+            if not args.watch or progress.finished or progress["status"] in ("cancelled", "done"):
+                return 0
+            time.sleep(2)
+
+
+def cmd_control(args: argparse.Namespace) -> int:
+    from streams.campaign_state import POLL_INTERVAL_S
+
+    settings = load_settings()
+    target = {"pause": "paused", "resume": "sending", "cancel": "cancelled"}[args.action]
+    with _connect(settings) as conn:
+        CampaignStore(conn).transition(
+            args.id, target, args.reason if target != "sending" else None
+        )
+    if target in ("paused", "cancelled"):
+        # Workers poll the campaign row every POLL_INTERVAL_S; once that has passed, every
+        # lane has seen the new state, so at most the call already in flight completes.
+        time.sleep(POLL_INTERVAL_S * 2 + 0.05)
+    if target == "sending":
+        from producers.campaign import requeue_pending
+
+        requeued = requeue_pending(settings, args.id)
+        print(f"campaign {args.id} resumed; {requeued:,} pending recipient(s) queued again")
+    else:
+        print(f"campaign {args.id} {target}")
+    return 0

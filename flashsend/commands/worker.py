@@ -1,0 +1,45 @@
+"""`flashsend worker` — one Faust worker process (run as many as you like)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from flashsend.settings import load_settings
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "worker",
+        help="run a sender worker (Faust); start several for more partitions in parallel",
+        description="Consumes campaign.recipients, claims rows in PostgreSQL with the consumer "
+        "offsets in the same transaction, and calls SES SendBulkEmail with per-partition "
+        "pacing. Stop with Ctrl-C / SIGTERM (unsent claimed rows are released).",
+    )
+    p.add_argument("--loglevel", default="warning", help="debug|info|warning|error")
+    p.set_defaults(func=cmd_worker)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from faust.worker import Worker
+
+    from producers.topics import ensure_topics
+    from streams.app import create_app
+
+    settings = load_settings()
+    ensure_topics(
+        settings.kafka_bootstrap,
+        {settings.topic_recipients: settings.partitions, settings.topic_dlq: 1},
+    )
+    (settings.state_dir / "faust").mkdir(parents=True, exist_ok=True)
+    app = create_app(settings)
+    worker = Worker(
+        app,
+        loglevel=args.loglevel,
+        quiet=True,
+        redirect_stdouts=False,
+        workdir=str(settings.state_dir / "faust"),
+    )
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    worker.execute_from_commandline()
+    return 0  # not reached: execute_from_commandline exits

@@ -1,0 +1,74 @@
+"""Worker processes started by `demo`, `chaos` and tests: real `flashsend worker` processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flashsend.settings import Settings, settings_env
+from infra.process import pid_alive, terminate
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except FileNotFoundError:
+        pass
+    return 0.0
+
+
+@dataclass
+class WorkerPool:
+    settings: Settings
+    log_dir: Path
+    loglevel: str = "warning"
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    max_rss_mb: float = 0.0
+    started: int = 0
+
+    def spawn(self) -> subprocess.Popen[bytes]:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **settings_env(self.settings), "PYTHONUNBUFFERED": "1"}
+        log = open(self.log_dir / f"worker-{self.started}.log", "ab")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flashsend.cli", "worker", "--loglevel", self.loglevel],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        log.close()
+        self.started += 1
+        self.procs.append(proc)
+        return proc
+
+    def start(self, count: int) -> None:
+        for _ in range(count):
+            self.spawn()
+
+    def alive(self) -> list[subprocess.Popen[bytes]]:
+        return [p for p in self.procs if p.poll() is None]
+
+    def sample_rss(self) -> float:
+        for p in self.alive():
+            self.max_rss_mb = max(self.max_rss_mb, rss_mb(p.pid))
+        return self.max_rss_mb
+
+    def kill(self, proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+        if pid_alive(proc.pid):
+            os.kill(proc.pid, sig)
+        if sig == signal.SIGKILL:
+            proc.wait(timeout=30)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                terminate(p.pid, timeout=timeout)
+            p.wait(timeout=5)

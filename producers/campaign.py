@@ -1,0 +1,234 @@
+"""Campaign start: preflight, snapshot (one INSERT…SELECT), then produce every pending
+recipient as an Avro doorbell keyed by user_id.
+
+Starting twice produces nothing new: the snapshot only runs from `draft` (a conditional
+UPDATE), and producing again is only done while `produced_at` is still NULL (a crash between
+snapshot and the end of produce), where duplicates are harmless (claims are conditional).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+from confluent_kafka import KafkaException, Producer
+from psycopg import sql
+
+from flashsend.errors import FlashsendError, NotFound, UsageError
+from flashsend.settings import Settings
+from producers.topics import ensure_topics
+from schemas.serde import AvroCodec, registry_client
+from sinks.queries import query
+from sinks.ses import SesCallFailed, SesSender, make_client
+
+Progress = Callable[[int, int], None]
+PAGE = 50_000
+
+
+class PreflightFailed(FlashsendError):
+    """The campaign cannot start."""
+
+
+@dataclass(frozen=True)
+class StartResult:
+    campaign_id: int
+    recipients: int
+    pending: int
+    produced: int
+    snapshot_s: float
+    produce_s: float
+    already_started: bool
+
+
+def preflight(settings: Settings, template: str, rate: float) -> float:
+    """Refuse before anything is written: the template must exist in SES and the rate must fit
+    the account's MaxSendRate minus the reserve kept for transactional mail. Returns the rate
+    to use: an unlimited campaign (0) is capped at that budget when the account has one."""
+    ses = SesSender(make_client(settings, timeout=10))
+    try:
+        if not ses.template_exists(template):
+            raise PreflightFailed(
+                f"SES template {template!r} does not exist: create it first "
+                f"(flashsend template put {template} …)"
+            )
+        quota = ses.get_send_quota()
+    except SesCallFailed as exc:
+        raise PreflightFailed(f"SES preflight failed: {exc}") from exc
+    max_rate = quota.get("MaxSendRate", 0.0)
+    reserve = settings.transactional_reserve
+    if max_rate <= 0:
+        return rate
+    budget = max_rate - reserve
+    if budget <= 0:
+        raise PreflightFailed(
+            f"the SES account's MaxSendRate {max_rate:g}/s leaves nothing after the {reserve:g}/s "
+            "reserved for transactional mail (FLASHSEND_TRANSACTIONAL_RESERVE)"
+        )
+    if rate <= 0:
+        return budget
+    if rate > budget:
+        raise PreflightFailed(
+            f"rate {rate:g}/s exceeds the SES account's MaxSendRate {max_rate:g}/s minus the "
+            f"{reserve:g}/s reserved for transactional mail: use --rate {budget:g} or less"
+        )
+    return rate
+
+
+def snapshot(conn: psycopg.Connection, campaign_id: int, audience: str) -> int:
+    """Snapshot the audience into campaign_recipients in one transaction; returns row count."""
+    stmt = sql.SQL(query("snapshot_recipients")).format(audience=sql.SQL(audience))  # type: ignore[arg-type]
+    with conn.transaction():
+        cur = conn.execute(stmt, {"campaign_id": campaign_id})
+        count = cur.rowcount
+        conn.execute(query("finish_snapshot"), {"id": campaign_id, "recipients": count})  # type: ignore[arg-type]
+    return count
+
+
+def produce_pending(
+    settings: Settings, conn: psycopg.Connection, campaign_id: int, progress: Progress | None = None
+) -> int:
+    """Produce a doorbell for every pending row of the campaign; returns how many."""
+    ensure_topics(
+        settings.kafka_bootstrap,
+        {settings.topic_recipients: settings.partitions, settings.topic_dlq: 1},
+    )
+    codec = AvroCodec(registry_client(settings.schema_registry_url), "campaign_recipient")
+    producer = Producer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "compression.type": "lz4",
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "partitioner": "murmur2_random",
+        }
+    )
+    total_row = conn.execute(
+        "SELECT count(*) FROM campaign_recipients WHERE campaign_id = %s AND status = 'pending'",
+        (campaign_id,),
+    ).fetchone()
+    total = int(total_row[0]) if total_row else 0
+    failures: list[str] = []
+    delivered = 0
+
+    def on_delivery(err: object, _msg: object) -> None:
+        nonlocal delivered
+        if err is not None:
+            failures.append(str(err))
+        else:
+            delivered += 1
+
+    produced = 0
+    now_ms = int(time.time() * 1000)
+    encode = codec.encode
+    produce = producer.produce
+    after_seq = 0
+    while True:
+        # Keyset pages over the primary key: no long-running transaction, no server cursor.
+        rows = conn.execute(
+            query("pending_for_produce"),  # type: ignore[arg-type]
+            {"campaign_id": campaign_id, "after_seq": after_seq, "limit": PAGE},
+        ).fetchall()
+        if not rows:
+            break
+        after_seq = rows[-1][0]
+        for seq, user_id in rows:
+            value = encode(
+                {
+                    "campaign_id": campaign_id,
+                    "seq": seq,
+                    "user_id": user_id,
+                    "produced_at_ms": now_ms,
+                }
+            )
+            while True:
+                try:
+                    produce(
+                        settings.topic_recipients,
+                        value=value,
+                        key=str(user_id).encode(),
+                        on_delivery=on_delivery,
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+        produced += len(rows)
+        producer.poll(0)
+        if progress:
+            progress(produced, total)
+    remaining = producer.flush(120)
+    if progress:
+        progress(produced, total)
+    if remaining or failures:
+        raise FlashsendError(
+            f"{remaining} record(s) not delivered, {len(failures)} delivery error(s) "
+            f"(first: {failures[:1]}); run `flashsend campaign start {campaign_id}` again — "
+            "re-producing is safe"
+        )
+    conn.execute(query("mark_produced"), {"id": campaign_id})  # type: ignore[arg-type]
+    return produced
+
+
+def start_campaign(
+    settings: Settings,
+    campaign_id: int,
+    *,
+    progress: Progress | None = None,
+    skip_preflight: bool = False,
+) -> StartResult:
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        row = conn.execute(query("get_campaign"), {"id": campaign_id}).fetchone()  # type: ignore[arg-type]
+        if row is None:
+            raise NotFound(f"campaign {campaign_id} does not exist")
+        template, rate, audience, status, produced_at = row[2], row[5], row[6], row[7], row[13]
+        if status == "draft":
+            if not skip_preflight:
+                effective = preflight(settings, template, float(rate))
+                if effective != float(rate):
+                    conn.execute(
+                        "UPDATE campaigns SET rate_limit = %s WHERE id = %s",
+                        (effective, campaign_id),
+                    )
+            t0 = time.monotonic()
+            if conn.execute(query("begin_snapshot"), {"id": campaign_id}).fetchone() is None:  # type: ignore[arg-type]
+                raise UsageError(f"campaign {campaign_id} was started concurrently")
+            recipients = snapshot(conn, campaign_id, audience)
+            snapshot_s = time.monotonic() - t0
+            already = False
+        elif status in ("sending", "paused") and produced_at is None:
+            recipients = int(row[9] or 0)
+            snapshot_s = 0.0
+            already = True
+        else:
+            count = int(row[9] or 0)
+            return StartResult(campaign_id, count, 0, 0, 0.0, 0.0, already_started=True)
+        t1 = time.monotonic()
+        try:
+            produced = produce_pending(settings, conn, campaign_id, progress)
+        except KafkaException as exc:
+            raise FlashsendError(f"producing failed: {exc}; start again to resume") from exc
+        pending_row = conn.execute(
+            "SELECT count(*) FILTER (WHERE status = 'pending') FROM campaign_recipients "
+            "WHERE campaign_id = %s",
+            (campaign_id,),
+        ).fetchone()
+        return StartResult(
+            campaign_id,
+            recipients,
+            int(pending_row[0]) if pending_row else 0,
+            produced,
+            snapshot_s,
+            time.monotonic() - t1,
+            already,
+        )
+
+
+def requeue_pending(settings: Settings, campaign_id: int) -> int:
+    """Ring again for every pending row (after resume / reconcile). Duplicate doorbells are
+    harmless: the claim is conditional."""
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        return produce_pending(settings, conn, campaign_id)

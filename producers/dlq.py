@@ -1,0 +1,77 @@
+"""Dead letters: records we cannot process go to a DLQ topic at once, with the reason in
+headers, so the partition keeps flowing and an operator can inspect and replay them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException, Producer
+
+from flashsend.errors import FlashsendError
+
+
+class DeadLetterFailed(FlashsendError):
+    """The dead-letter topic did not acknowledge; the batch must not be committed."""
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    reason: str
+    detail: str = ""
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return [
+            ("flashsend.reason", self.reason.encode()),
+            ("flashsend.detail", self.detail[:1000].encode()),
+            ("flashsend.topic", self.topic.encode()),
+            ("flashsend.partition", str(self.partition).encode()),
+            ("flashsend.offset", str(self.offset).encode()),
+            ("flashsend.failed_at_ms", str(int(time.time() * 1000)).encode()),
+        ]
+
+
+class DeadLetterProducer:
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self._producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 30000,
+            }
+        )
+
+    def publish_blocking(self, letters: Sequence[DeadLetter], timeout: float = 30.0) -> None:
+        errors: list[str] = []
+
+        def on_delivery(err: object, _msg: object) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        try:
+            for letter in letters:
+                self._producer.produce(
+                    self.topic,
+                    key=letter.key,
+                    value=letter.value,
+                    headers=letter.headers(),
+                    on_delivery=on_delivery,
+                )
+        except (KafkaException, BufferError) as exc:
+            raise DeadLetterFailed(str(exc)) from exc
+        remaining = self._producer.flush(timeout)
+        if remaining or errors:
+            raise DeadLetterFailed(f"{remaining} undelivered, errors: {errors[:3]}")
+
+    async def publish(self, letters: Sequence[DeadLetter]) -> None:
+        if letters:
+            await asyncio.to_thread(self.publish_blocking, letters)

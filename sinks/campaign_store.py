@@ -1,0 +1,119 @@
+"""Campaign control and progress for the CLI (synchronous psycopg)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from flashsend.errors import NotFound, UsageError
+from sinks.queries import query
+
+# Which states each control command may move a campaign from.
+TRANSITIONS: dict[str, list[str]] = {
+    "paused": ["sending"],
+    "sending": ["paused"],
+    "cancelled": ["draft", "sending", "paused", "snapshotting"],
+    "done": ["sending"],
+}
+
+
+@dataclass(frozen=True)
+class Progress:
+    row: dict[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.row[key]
+
+    @property
+    def terminal(self) -> int:
+        r = self.row
+        return int(r["sent"] + r["failed"] + r["unknown"] + r["skipped"] + r["cancelled"])
+
+    @property
+    def total(self) -> int:
+        return int(self.row["recipients"] or 0)
+
+    @property
+    def finished(self) -> bool:
+        return self.row["pending"] == 0 and self.row["sending"] == 0 and self.total > 0
+
+    @property
+    def send_rate(self) -> float:
+        r = self.row
+        first, last = r["first_sent_epoch"], r["last_sent_epoch"]
+        if not r["sent"] or first is None or last is None or last <= first:
+            return 0.0
+        return float(r["sent"]) / float(last - first)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in self.row.items()}
+        for k in ("elapsed_s", "first_sent_epoch", "last_sent_epoch"):
+            if out.get(k) is not None:
+                out[k] = float(out[k])
+        out["send_rate_per_s"] = round(self.send_rate, 1)
+        return out
+
+
+class CampaignStore:
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    def create(
+        self,
+        *,
+        name: str,
+        template: str,
+        from_address: str,
+        configuration_set: str | None,
+        rate_limit: float,
+        audience_condition: str,
+    ) -> int:
+        row = self.conn.execute(
+            query("create_campaign"),
+            {  # type: ignore[arg-type]
+                "name": name,
+                "template": template,
+                "from_address": from_address,
+                "configuration_set": configuration_set,
+                "rate_limit": rate_limit,
+                "audience_condition": audience_condition,
+            },
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def progress(self, campaign_id: int) -> Progress:
+        cur = self.conn.cursor(row_factory=dict_row)
+        cur.execute(query("campaign_progress"), {"id": campaign_id})  # type: ignore[arg-type]
+        row = cur.fetchone()
+        if row is None:
+            raise NotFound(f"campaign {campaign_id} does not exist")
+        return Progress(row)
+
+    def status(self, campaign_id: int) -> str:
+        row = self.conn.execute(
+            "SELECT status FROM campaigns WHERE id = %s", (campaign_id,)
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"campaign {campaign_id} does not exist")
+        return str(row[0])
+
+    def transition(self, campaign_id: int, status: str, reason: str | None) -> None:
+        with self.conn.transaction():
+            row = self.conn.execute(
+                query("set_campaign_status"),
+                {  # type: ignore[arg-type]
+                    "id": campaign_id,
+                    "status": status,
+                    "reason": reason,
+                    "from_statuses": TRANSITIONS[status],
+                },
+            ).fetchone()
+            if row is None:
+                current = self.status(campaign_id)
+                raise UsageError(f"campaign {campaign_id} is {current}; cannot make it {status}")
+            if status == "cancelled":
+                self.conn.execute(query("cancel_pending"), {"id": campaign_id})  # type: ignore[arg-type]

@@ -1,0 +1,170 @@
+"""RecipientStore: the campaign sender's view of PostgreSQL, one method per named statement.
+
+Claim + offset advance happen in ONE transaction (`claim_batch`): either both the claimed rows
+and the new offsets are committed, or neither. psycopg errors are translated here into
+`StoreUnavailable` (retry later) so stream code never sees a driver exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from flashsend.errors import FlashsendError
+from sinks.queries import query
+
+
+class StoreUnavailable(FlashsendError):
+    """PostgreSQL could not be reached or the transaction failed; retry with backoff."""
+
+
+@dataclass(frozen=True)
+class PartitionSpan:
+    partition: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True)
+class ClaimedRecipient:
+    campaign_id: int
+    seq: int
+    user_id: int
+    email: str
+    first_name: str | None
+
+
+@dataclass(frozen=True)
+class ClaimOutcome:
+    claimed: list[ClaimedRecipient]
+    skipped: int
+    fenced_partitions: list[int]  # partitions whose batch someone else already processed
+
+
+@dataclass(frozen=True)
+class RowResult:
+    seq: int
+    status: str  # sent | failed | pending | unknown
+    reason: str | None
+    message_id: str | None
+
+
+@dataclass(frozen=True)
+class LiveCampaign:
+    id: int
+    status: str
+    rate_limit: float
+    template: str
+    from_address: str
+    configuration_set: str | None
+    name: str
+
+
+class RecipientStore:
+    def __init__(self, pool: AsyncConnectionPool, *, group_id: str, topic: str) -> None:
+        self._pool = pool
+        self.group_id = group_id
+        self.topic = topic
+
+    async def ensure_and_load_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
+        params = {"group_id": self.group_id, "topic": self.topic, "partitions": list(partitions)}
+        try:
+            async with self._pool.connection() as conn:
+                await conn.execute(query("ensure_offsets"), params)
+                cur = await conn.execute(query("load_offsets"), params)
+                return {int(p): int(o) for p, o in await cur.fetchall()}
+        except psycopg.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def claim_batch(
+        self, spans: Sequence[PartitionSpan], keys_by_partition: dict[int, list[tuple[int, int]]]
+    ) -> ClaimOutcome:
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                cur = await conn.execute(
+                    query("advance_offsets"),
+                    {
+                        "group_id": self.group_id,
+                        "topic": self.topic,
+                        "partitions": [s.partition for s in spans],
+                        "first_offsets": [s.first_offset for s in spans],
+                        "last_offsets": [s.last_offset for s in spans],
+                    },
+                )
+                advanced = {int(r[0]) for r in await cur.fetchall()}
+                fenced = [s.partition for s in spans if s.partition not in advanced]
+                keys = [k for p in advanced for k in keys_by_partition.get(p, [])]
+                if not keys:
+                    return ClaimOutcome([], 0, fenced)
+                cur = await conn.execute(
+                    query("claim_batch"),
+                    {
+                        "campaign_ids": [k[0] for k in keys],
+                        "seqs": [k[1] for k in keys],
+                    },
+                )
+                claimed: list[ClaimedRecipient] = []
+                skipped = 0
+                for cid, seq, user_id, email, first_name, status in await cur.fetchall():
+                    if status == "sending":
+                        claimed.append(ClaimedRecipient(cid, seq, user_id, email, first_name))
+                    else:
+                        skipped += 1
+                return ClaimOutcome(claimed, skipped, fenced)
+        except psycopg.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def record_results(self, campaign_id: int, results: Sequence[RowResult]) -> None:
+        try:
+            async with self._pool.connection() as conn:
+                await conn.execute(
+                    query("record_results"),
+                    {
+                        "campaign_id": campaign_id,
+                        "seqs": [r.seq for r in results],
+                        "statuses": [r.status for r in results],
+                        "reasons": [r.reason for r in results],
+                        "message_ids": [r.message_id for r in results],
+                    },
+                )
+        except psycopg.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def live_campaigns(self) -> list[LiveCampaign]:
+        try:
+            async with self._pool.connection() as conn:
+                cur = conn.cursor(row_factory=dict_row)
+                await cur.execute(query("live_campaigns"))
+                return [LiveCampaign(**row) for row in await cur.fetchall()]
+        except psycopg.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def pause_campaign(self, campaign_id: int, reason: str) -> bool:
+        try:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    query("set_campaign_status"),
+                    {
+                        "id": campaign_id,
+                        "status": "paused",
+                        "reason": reason,
+                        "from_statuses": ["sending"],
+                    },
+                )
+                return cur.rowcount > 0
+        except psycopg.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def existing_campaigns(self, ids: Sequence[int]) -> set[int]:
+        try:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT id FROM campaigns WHERE id = ANY(%s)", (list(ids),)
+                )
+                return {int(r[0]) for r in await cur.fetchall()}
+        except psycopg.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc

@@ -1,0 +1,229 @@
+"""SES adapter: the only module that talks to boto3. botocore errors never leave it.
+
+The client is created with SDK retries OFF: SES has no idempotency key, so a retried
+SendBulkEmail after a read timeout could send the whole batch twice. We decide retries
+ourselves (streams.outcomes). Parameter validation is off too (it costs ~30 % of the client's
+CPU per call); we validate entries ourselves (≤ 50 per call, tag characters).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
+
+from flashsend.errors import FlashsendError
+from flashsend.settings import Settings
+
+MAX_BULK_ENTRIES = 50
+MAX_REPLACEMENT_HEADERS = 15
+_TAG = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
+
+
+class SesCallFailed(FlashsendError):
+    """The SES call did not return per-entry results."""
+
+    def __init__(
+        self, code: str | None, http_status: int | None, *, timed_out: bool, message: str = ""
+    ) -> None:
+        super().__init__(f"SES call failed: {code or 'no response'} ({http_status}) {message}")
+        self.code = code
+        self.http_status = http_status
+        self.timed_out = timed_out
+
+
+@dataclass(frozen=True)
+class BulkEntry:
+    to: str
+    replacement_data: Mapping[str, Any] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EntryStatus:
+    status: str
+    message_id: str | None
+    error: str | None
+
+
+def check_tag(name: str, value: str) -> None:
+    if not _TAG.match(name) or not _TAG.match(value):
+        raise ValueError(f"SES tag {name}={value!r} must match [A-Za-z0-9_-]{{1,256}}")
+
+
+def make_client(
+    settings: Settings, *, timeout: float | None = None, pool: int | None = None
+) -> Any:
+    """One client per worker: clients are thread-safe; size the pool to the calls in flight."""
+    config = Config(
+        retries={"total_max_attempts": 1, "mode": "standard"},
+        parameter_validation=False,
+        connect_timeout=min(5.0, timeout or settings.ses_timeout_s),
+        read_timeout=timeout or settings.ses_timeout_s,
+        max_pool_connections=pool or max(10, settings.inflight_calls * 2),
+        tcp_keepalive=True,
+    )
+    return boto3.session.Session().client(
+        "sesv2",
+        endpoint_url=settings.ses_endpoint_url,
+        region_name=settings.ses_region,
+        aws_access_key_id=settings.ses_access_key_id if settings.ses_endpoint_url else None,
+        aws_secret_access_key=(
+            settings.ses_secret_access_key.get_secret_value() if settings.ses_endpoint_url else None
+        ),
+        config=config,
+    )
+
+
+def _translate(exc: Exception) -> SesCallFailed:
+    if isinstance(exc, ClientError):
+        err = exc.response.get("Error", {})
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return SesCallFailed(
+            err.get("Code"), status, timed_out=False, message=err.get("Message", "")
+        )
+    if isinstance(exc, ReadTimeoutError | ConnectionClosedError):
+        # The request went out; SES may have accepted it. The caller must not resend.
+        return SesCallFailed("ReadTimeout", None, timed_out=True, message=str(exc))
+    if isinstance(exc, EndpointConnectionError | ConnectTimeoutError):
+        # Nothing was sent: safe to retry.
+        return SesCallFailed("ConnectError", None, timed_out=False, message=str(exc))
+    return SesCallFailed(type(exc).__name__, None, timed_out=True, message=str(exc))
+
+
+class SesSender:
+    """`send_bulk` and `send_templated`, blocking (run them in a thread pool)."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def send_bulk(
+        self,
+        *,
+        from_address: str,
+        template: str,
+        entries: Sequence[BulkEntry],
+        configuration_set: str | None = None,
+        default_tags: Mapping[str, str] | None = None,
+        default_data: Mapping[str, Any] | None = None,
+    ) -> list[EntryStatus]:
+        if not 1 <= len(entries) <= MAX_BULK_ENTRIES:
+            raise ValueError(
+                f"SendBulkEmail takes 1..{MAX_BULK_ENTRIES} entries, got {len(entries)}"
+            )
+        request: dict[str, Any] = {
+            "FromEmailAddress": from_address,
+            "DefaultContent": {
+                "Template": {
+                    "TemplateName": template,
+                    "TemplateData": json.dumps(dict(default_data or {})),
+                }
+            },
+            "BulkEmailEntries": [_entry(e) for e in entries],
+        }
+        if configuration_set:
+            request["ConfigurationSetName"] = configuration_set
+        if default_tags:
+            request["DefaultEmailTags"] = [{"Name": k, "Value": v} for k, v in default_tags.items()]
+        try:
+            response = self._client.send_bulk_email(**request)
+        except Exception as exc:
+            raise _translate(exc) from exc
+        return [
+            EntryStatus(r.get("Status", "FAILED"), r.get("MessageId"), r.get("Error"))
+            for r in response.get("BulkEmailEntryResults", [])
+        ]
+
+    def send_templated(
+        self,
+        *,
+        from_address: str,
+        to: str,
+        template: str,
+        data: Mapping[str, Any],
+        configuration_set: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> str:
+        """SendEmail with a stored template; returns the MessageId."""
+        template_content: dict[str, Any] = {
+            "TemplateName": template,
+            "TemplateData": json.dumps(dict(data)),
+        }
+        if headers:
+            template_content["Headers"] = [{"Name": k, "Value": v} for k, v in headers.items()]
+        request: dict[str, Any] = {
+            "FromEmailAddress": from_address,
+            "Destination": {"ToAddresses": [to]},
+            "Content": {"Template": template_content},
+        }
+        if configuration_set:
+            request["ConfigurationSetName"] = configuration_set
+        if tags:
+            request["EmailTags"] = [{"Name": k, "Value": v} for k, v in tags.items()]
+        try:
+            response = self._client.send_email(**request)
+        except Exception as exc:
+            raise _translate(exc) from exc
+        return str(response["MessageId"])
+
+    def get_send_quota(self) -> dict[str, float]:
+        try:
+            quota = self._client.get_account().get("SendQuota", {})
+        except Exception as exc:
+            raise _translate(exc) from exc
+        return {k: float(v) for k, v in quota.items()}
+
+    def template_exists(self, name: str) -> bool:
+        try:
+            self._client.get_email_template(TemplateName=name)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "NotFoundException":
+                return False
+            raise _translate(exc) from exc
+        except Exception as exc:
+            raise _translate(exc) from exc
+        return True
+
+    def put_template(self, name: str, subject: str, html: str, text: str) -> None:
+        content = {"Subject": subject, "Html": html, "Text": text}
+        try:
+            if self.template_exists(name):
+                self._client.update_email_template(TemplateName=name, TemplateContent=content)
+            else:
+                self._client.create_email_template(TemplateName=name, TemplateContent=content)
+        except SesCallFailed:
+            raise
+        except Exception as exc:
+            raise _translate(exc) from exc
+
+
+def _entry(e: BulkEntry) -> dict[str, Any]:
+    if len(e.headers) > MAX_REPLACEMENT_HEADERS:
+        raise ValueError(f"at most {MAX_REPLACEMENT_HEADERS} replacement headers per entry")
+    entry: dict[str, Any] = {
+        "Destination": {"ToAddresses": [e.to]},
+        "ReplacementEmailContent": {
+            "ReplacementTemplate": {
+                "ReplacementTemplateData": json.dumps(dict(e.replacement_data)),
+            }
+        },
+    }
+    if e.headers:
+        entry["ReplacementHeaders"] = [{"Name": k, "Value": v} for k, v in e.headers.items()]
+    if e.tags:
+        entry["ReplacementTags"] = [{"Name": k, "Value": v} for k, v in e.tags.items()]
+    return entry

@@ -1,0 +1,81 @@
+-- name: create_campaign
+INSERT INTO campaigns (name, template, from_address, configuration_set, rate_limit,
+                       audience_condition)
+VALUES (%(name)s, %(template)s, %(from_address)s, %(configuration_set)s, %(rate_limit)s,
+        %(audience_condition)s)
+RETURNING id;
+
+-- name: get_campaign
+SELECT id, name, template, from_address, configuration_set, rate_limit, audience_condition,
+       status, reason, recipients, created_at, started_at, snapshot_done_at, produced_at,
+       paused_at, finished_at
+  FROM campaigns WHERE id = %(id)s;
+
+-- name: begin_snapshot
+-- Only a draft campaign can start: the conditional UPDATE is the lock, so starting twice
+-- (or from two terminals at once) snapshots once.
+UPDATE campaigns SET status = 'snapshotting', started_at = now(), updated_at = now()
+ WHERE id = %(id)s AND status = 'draft'
+RETURNING id;
+
+-- name: finish_snapshot
+UPDATE campaigns SET status = 'sending', recipients = %(recipients)s, snapshot_done_at = now(),
+       updated_at = now()
+ WHERE id = %(id)s AND status = 'snapshotting';
+
+-- name: mark_produced
+UPDATE campaigns SET produced_at = now(), updated_at = now() WHERE id = %(id)s;
+
+-- name: live_campaigns
+-- Polled by every worker a few times a second: tiny table, primary-key order.
+SELECT id, status, rate_limit, template, from_address, configuration_set, name
+  FROM campaigns WHERE status IN ('sending', 'paused', 'snapshotting');
+
+-- name: set_campaign_status
+-- Control commands (pause/resume/cancel) and automatic pauses; the WHERE lists the states
+-- the transition is allowed from, so a racing command cannot resurrect a finished campaign.
+UPDATE campaigns
+   SET status = %(status)s, reason = %(reason)s, updated_at = now(),
+       paused_at = CASE WHEN %(status)s = 'paused' THEN now() ELSE paused_at END,
+       finished_at = CASE WHEN %(status)s IN ('cancelled', 'done', 'failed') THEN now()
+                          ELSE finished_at END
+ WHERE id = %(id)s AND status = ANY(%(from_statuses)s)
+RETURNING id;
+
+-- name: campaign_counts
+-- Progress in one pass over one campaign's rows (no index on status by design; the primary
+-- key prefix limits the scan to this campaign).
+SELECT status, count(*) AS n FROM campaign_recipients
+ WHERE campaign_id = %(id)s GROUP BY status;
+
+-- name: campaign_progress
+-- Everything `campaign status` shows, in ONE pass over the campaign's rows (primary-key
+-- prefix scan; no index on status by design — seed trap 5).
+SELECT c.id, c.name, c.status, c.reason, c.rate_limit, c.recipients, c.started_at,
+       c.snapshot_done_at, c.produced_at, c.paused_at, c.finished_at,
+       extract(epoch FROM now() - c.started_at) AS elapsed_s,
+       p.pending, p.sending, p.sent, p.failed, p.unknown, p.skipped, p.cancelled, p.requeue,
+       p.recent_sent, extract(epoch FROM p.first_sent_at) AS first_sent_epoch,
+       extract(epoch FROM p.last_sent_at) AS last_sent_epoch
+  FROM campaigns c,
+       LATERAL (
+         SELECT count(*) FILTER (WHERE status = 'pending')   AS pending,
+                count(*) FILTER (WHERE status = 'sending')   AS sending,
+                count(*) FILTER (WHERE status = 'sent')      AS sent,
+                count(*) FILTER (WHERE status = 'failed')    AS failed,
+                count(*) FILTER (WHERE status = 'unknown')   AS unknown,
+                count(*) FILTER (WHERE status = 'skipped')   AS skipped,
+                count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+                count(*) FILTER (WHERE requeue)               AS requeue,
+                count(*) FILTER (WHERE sent_at > now() - interval '10 seconds') AS recent_sent,
+                min(sent_at) AS first_sent_at,
+                max(sent_at) AS last_sent_at
+           FROM campaign_recipients r WHERE r.campaign_id = c.id
+       ) p
+ WHERE c.id = %(id)s;
+
+-- name: cancel_pending
+-- Cancel: every still-pending recipient becomes cancelled in one statement; rows in flight
+-- ('sending') are finished by their lane, which sees the cancelled campaign and releases them.
+UPDATE campaign_recipients SET status = 'cancelled', reason = 'campaign_cancelled', requeue = false
+ WHERE campaign_id = %(id)s AND status = 'pending';

@@ -1,0 +1,85 @@
+-- name: snapshot_recipients
+-- One INSERT…SELECT, one transaction: the audience at this instant. seq is dense 1..N in user
+-- id order. Invalid addresses are recorded as skipped so they never reach SES. {audience} is
+-- the campaign's configured condition over users u (psycopg sql.format: braces doubled).
+-- ON CONFLICT makes a repeat a no-op.
+INSERT INTO campaign_recipients (campaign_id, seq, user_id, email, status, reason)
+SELECT %(campaign_id)s, row_number() OVER (ORDER BY u.id), u.id, u.email,
+       CASE WHEN u.email ~ '^[^@[:space:]]{{1,64}}@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$'
+                 AND length(u.email) <= 254 THEN 'pending' ELSE 'skipped' END,
+       CASE WHEN u.email ~ '^[^@[:space:]]{{1,64}}@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$'
+                 AND length(u.email) <= 254 THEN NULL ELSE 'invalid_email' END
+  FROM users u
+ WHERE ({audience})
+   AND NOT EXISTS (SELECT 1 FROM email_suppressions s WHERE s.email = u.email)
+ON CONFLICT DO NOTHING;
+
+-- name: pending_for_produce
+-- Rows still waiting for a doorbell, in seq order (primary-key range scan).
+SELECT seq, user_id FROM campaign_recipients
+ WHERE campaign_id = %(campaign_id)s AND status = 'pending' AND seq > %(after_seq)s
+ ORDER BY seq
+ LIMIT %(limit)s;
+
+-- name: claim_batch
+-- Re-check opt-in and suppression right before sending (seed trap 6), then claim. The
+-- conditional UPDATE (status = 'pending', campaign sending) is the claim: two workers racing
+-- on the same rows serialise on the row lock and the second finds nothing to do.
+WITH batch AS (
+    SELECT * FROM unnest(%(campaign_ids)s::bigint[], %(seqs)s::int[]) AS b(campaign_id, seq)
+), cand AS (
+    SELECT r.campaign_id, r.seq, u.first_name,
+           CASE WHEN u.id IS NULL THEN 'user_deleted'
+                WHEN NOT u.marketing_opt_in THEN 'opted_out'
+                WHEN u.status <> 'active' THEN 'inactive'
+                WHEN s.email IS NOT NULL THEN 'suppressed:' || s.reason
+           END AS skip_reason
+      FROM batch b
+      JOIN campaign_recipients r ON r.campaign_id = b.campaign_id AND r.seq = b.seq
+      JOIN campaigns c ON c.id = r.campaign_id AND c.status = 'sending'
+      LEFT JOIN users u ON u.id = r.user_id
+      LEFT JOIN email_suppressions s ON s.email = r.email
+     WHERE r.status = 'pending'
+)
+UPDATE campaign_recipients r
+   SET status = CASE WHEN cand.skip_reason IS NULL THEN 'sending' ELSE 'skipped' END,
+       reason = cand.skip_reason,
+       claimed_at = now(),
+       requeue = false,
+       attempts = r.attempts + CASE WHEN cand.skip_reason IS NULL THEN 1 ELSE 0 END
+  FROM cand
+ WHERE r.campaign_id = cand.campaign_id AND r.seq = cand.seq AND r.status = 'pending'
+RETURNING r.campaign_id, r.seq, r.user_id, r.email, cand.first_name, r.status;
+
+-- name: advance_offsets
+-- Monotonic fence: advance only if nobody processed past this batch's first offset (a zombie
+-- after a rebalance, or a redelivery, updates nothing and its transaction is rolled back).
+-- `<=` not `=`: offsets have gaps (transaction markers, compaction).
+UPDATE kafka_offsets k
+   SET next_offset = b.last_offset + 1, updated_at = now()
+  FROM unnest(%(partitions)s::int[], %(first_offsets)s::bigint[], %(last_offsets)s::bigint[])
+       AS b(partition, first_offset, last_offset)
+ WHERE k.group_id = %(group_id)s AND k.topic = %(topic)s AND k.partition = b.partition
+   AND k.next_offset <= b.first_offset
+RETURNING k.partition;
+
+-- name: ensure_offsets
+-- On assignment: a row per partition so the fence above always has something to lock.
+INSERT INTO kafka_offsets (group_id, topic, partition, next_offset)
+SELECT %(group_id)s, %(topic)s, p, 0 FROM unnest(%(partitions)s::int[]) AS p
+ON CONFLICT DO NOTHING;
+
+-- name: load_offsets
+SELECT partition, next_offset FROM kafka_offsets
+ WHERE group_id = %(group_id)s AND topic = %(topic)s AND partition = ANY(%(partitions)s);
+
+-- name: record_results
+-- Outcome of one SES call, one statement. Only rows still 'sending' change: reconcile may have
+-- declared them unknown meanwhile, and a late answer must not rewrite that.
+UPDATE campaign_recipients r
+   SET status = o.status, reason = o.reason, message_id = o.message_id,
+       sent_at = CASE WHEN o.status = 'sent' THEN now() ELSE r.sent_at END,
+       requeue = (o.status = 'pending')
+  FROM unnest(%(seqs)s::int[], %(statuses)s::text[], %(reasons)s::text[],
+              %(message_ids)s::text[]) AS o(seq, status, reason, message_id)
+ WHERE r.campaign_id = %(campaign_id)s AND r.seq = o.seq AND r.status = 'sending';

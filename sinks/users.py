@@ -1,0 +1,60 @@
+"""Synthetic users for demos and benchmarks, generated inside PostgreSQL (one statement per
+table, so a million rows take seconds, not a Python loop).
+
+Shares, roughly: 3 % inactive, 10 % opted out of marketing, 1.5 % of addresses suppressed
+(past bounces/complaints), 0.2 % invalid addresses (empty, no @, double @, spaces).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    added: int
+    total: int
+    suppressed: int
+
+
+SEED_USERS = """
+INSERT INTO users (id, email, status, marketing_opt_in, first_name, opted_out_at)
+SELECT g,
+       CASE WHEN r_invalid < 0.002
+            THEN (ARRAY['', 'not-an-email', 'two@@at.example',
+                        'space in@mail.flashsend.test'])[1 + g %% 4]
+            ELSE 'user' || g || '@mail.flashsend.test' END,
+       CASE WHEN r_status < 0.03 THEN 'inactive' ELSE 'active' END,
+       r_opt >= 0.10,
+       (ARRAY['An', 'Binh', 'Chi', 'Dung', 'Lan', 'Minh', 'Nam', 'Thao'])[1 + g %% 8],
+       CASE WHEN r_opt < 0.10 THEN now() END
+  FROM (SELECT g, random() AS r_invalid, random() AS r_status, random() AS r_opt
+          FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g) AS x
+ON CONFLICT (id) DO NOTHING
+"""
+
+SEED_SUPPRESSIONS = """
+INSERT INTO email_suppressions (email, reason, source_event)
+SELECT email, CASE WHEN id %% 3 = 0 THEN 'complaint' ELSE 'bounce' END, 'seed'
+  FROM users
+ WHERE id BETWEEN %(first)s AND %(last)s AND email LIKE 'user%%' AND random() < 0.015
+ON CONFLICT (email) DO NOTHING
+"""
+
+
+def seed_users(dsn: str, count: int, *, seed: float = 0.42) -> SeedResult:
+    """Add `count` users after the current highest id (deterministic for a given seed)."""
+    with psycopg.connect(dsn, autocommit=False) as conn:
+        conn.execute("SELECT setseed(%s)", (seed,))
+        row = conn.execute("SELECT coalesce(max(id), 0) FROM users").fetchone()
+        first = int(row[0]) + 1 if row else 1
+        last = first + count - 1
+        added = conn.execute(SEED_USERS, {"first": first, "last": last}).rowcount  # type: ignore[arg-type]
+        suppressed = conn.execute(SEED_SUPPRESSIONS, {"first": first, "last": last}).rowcount  # type: ignore[arg-type]
+        conn.commit()
+        total_row = conn.execute("SELECT count(*) FROM users").fetchone()
+        conn.execute("ANALYZE users")
+        conn.commit()
+        return SeedResult(added, int(total_row[0]) if total_row else 0, suppressed)

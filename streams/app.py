@@ -1,0 +1,137 @@
+"""The Faust application: topics, the sender agent, and the resources it shares (pools,
+SES client, campaign cache). Built by `create_app(settings)`; run by `flashsend worker`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import faust
+from psycopg_pool import AsyncConnectionPool
+
+from flashsend.settings import Settings
+from producers.dlq import DeadLetterProducer
+from schemas.serde import AvroCodec, registry_client
+from sinks.recipient_store import RecipientStore
+from sinks.ses import SesSender, make_client
+from streams import faust_offsets
+from streams.campaign_state import CampaignCache
+from streams.sender import CampaignSender, SenderConfig
+
+log = logging.getLogger("flashsend.app")
+
+TAKE_MAX = 500  # records per claim transaction
+TAKE_WITHIN_S = 0.05  # small: buffered events are unacked and would stall rebalances
+
+
+class Runtime:
+    """Resources created once per worker, lazily, inside the worker's event loop."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._lock = asyncio.Lock()
+        self.pool: AsyncConnectionPool | None = None
+        self.store: RecipientStore | None = None
+        self.sender: CampaignSender | None = None
+        self.campaigns: CampaignCache | None = None
+
+    async def ensure_started(self) -> CampaignSender:
+        async with self._lock:
+            if self.sender is not None:
+                return self.sender
+            s = self.settings
+            pool = AsyncConnectionPool(
+                s.pg_dsn, min_size=2, max_size=8, open=False, kwargs={"autocommit": True}
+            )
+            await pool.open(wait=True, timeout=60)
+            self.pool = pool
+            self.store = RecipientStore(pool, group_id=s.group_sender, topic=s.topic_recipients)
+            self.campaigns = CampaignCache(self.store)
+            await self.campaigns.refresh()
+            self.campaigns.start()
+            self.sender = CampaignSender(
+                config=SenderConfig(partitions=s.partitions, max_inflight_calls=s.inflight_calls),
+                store=self.store,
+                ses=SesSender(make_client(s, pool=s.inflight_calls * 2)),
+                campaigns=self.campaigns,
+                codec=AvroCodec(registry_client(s.schema_registry_url), "campaign_recipient"),
+                dlq=DeadLetterProducer(s.kafka_bootstrap, s.topic_dlq),
+            )
+            return self.sender
+
+    async def offsets(self, topic: str, partitions: list[int]) -> Mapping[int, int]:
+        await self.ensure_started()
+        assert self.store is not None
+        if topic != self.store.topic:
+            return {}
+        return await self.store.ensure_and_load_offsets(partitions)
+
+    async def stop(self) -> None:
+        if self.sender is not None:
+            await self.sender.stop()
+        if self.campaigns is not None:
+            await self.campaigns.stop()
+        if self.pool is not None:
+            await self.pool.close()
+
+
+class FlashsendApp(faust.App):  # type: ignore[misc]
+    runtime: Runtime
+    offset_source: Any
+    managed_topics: set[str]
+
+
+def create_app(settings: Settings) -> FlashsendApp:
+    faust_offsets.register()
+    app = FlashsendApp(
+        settings.app_id,
+        broker=f"{faust_offsets.SCHEME}://{settings.kafka_bootstrap}",
+        value_serializer="raw",
+        key_serializer="raw",
+        store="memory://",
+        topic_partitions=settings.partitions,
+        topic_allow_declare=False,
+        topic_disable_leader=True,
+        consumer_auto_offset_reset="earliest",
+        web_enabled=False,
+        broker_commit_every=1000,
+        broker_commit_interval=5.0,
+        stream_buffer_maxsize=4096,
+        producer_linger_ms=5,
+        datadir=str(settings.state_dir / "faust" / settings.app_id),
+    )
+    runtime = Runtime(settings)
+    app.runtime = runtime
+    app.offset_source = runtime.offsets
+    app.managed_topics = {settings.topic_recipients}
+
+    recipients = app.topic(
+        settings.topic_recipients,
+        partitions=settings.partitions,
+        value_serializer="raw",
+        key_serializer="raw",
+        internal=False,
+    )
+
+    @app.agent(recipients, name="campaign-sender")
+    async def campaign_sender(stream: faust.StreamT[bytes]) -> AsyncIterator[None]:
+        sender = await runtime.ensure_started()
+        async for events in stream.take_events(TAKE_MAX, within=TAKE_WITHIN_S):
+            try:
+                await sender.handle([e.message for e in events])
+            except Exception:
+                # take_events() has already acked this batch: carrying on would skip it until
+                # the next rebalance. Crash the worker; stored offsets make the restart exact.
+                log.exception("sender batch failed; stopping the worker")
+                app._crash(RuntimeError("sender batch failed"))
+                raise
+            yield None
+
+    @app.on_before_shutdown.connect  # type: ignore[misc]
+    async def _stop_runtime(app: faust.App, **kwargs: Any) -> None:
+        await runtime.stop()
+
+    return app

@@ -1,0 +1,67 @@
+"""What every worker knows about live campaigns, refreshed several times a second.
+
+Pause/cancel are a column (design §3). Each worker polls the tiny `campaigns` table every
+`interval` seconds and lanes consult the cached copy right before each SES call, so a pause
+is seen within one interval; `flashsend campaign pause` waits that long before returning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from sinks.recipient_store import LiveCampaign, RecipientStore, StoreUnavailable
+
+log = logging.getLogger("flashsend.campaigns")
+
+POLL_INTERVAL_S = 0.1
+
+
+class CampaignCache:
+    def __init__(self, store: RecipientStore, interval: float = POLL_INTERVAL_S) -> None:
+        self._store = store
+        self._interval = interval
+        self._campaigns: dict[int, LiveCampaign] = {}
+        self.refreshed_at = 0.0
+        self._task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+
+    def get(self, campaign_id: int) -> LiveCampaign | None:
+        """The campaign if it is live (sending, paused, snapshotting), else None."""
+        return self._campaigns.get(campaign_id)
+
+    def is_sending(self, campaign_id: int) -> bool:
+        c = self._campaigns.get(campaign_id)
+        return c is not None and c.status == "sending"
+
+    def live(self) -> list[LiveCampaign]:
+        return list(self._campaigns.values())
+
+    async def refresh(self) -> None:
+        campaigns = await self._store.live_campaigns()
+        self._campaigns = {c.id: c for c in campaigns}
+        self.refreshed_at = time.monotonic()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="campaign-cache")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except StoreUnavailable as exc:
+                # Stale for now; lanes treat a stale cache as "not sending" (see is_fresh).
+                log.warning("campaign poll failed: %s", exc)
+            await asyncio.sleep(self._interval)
+
+    def is_fresh(self, max_age: float = 2.0) -> bool:
+        """A cache older than max_age cannot prove a campaign is still sending."""
+        return time.monotonic() - self.refreshed_at < max_age

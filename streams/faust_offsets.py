@@ -1,0 +1,68 @@
+"""A Faust transport whose consumer seeks to offsets stored in PostgreSQL.
+
+Faust re-seeks every assigned partition to the *broker-committed* offset after each rebalance
+(`Consumer.perform_seek()` → `seek_to_committed()`), so a seek done in a rebalance callback is
+overwritten. The one reliable place is `seek_to_committed()` itself: we override it to seek the
+partitions of our managed topics to the `next_offset` stored in Postgres (written in the same
+transaction as the claims), and let Faust handle any other partition as usual.
+
+The transport is registered under the URL scheme `pgkafka://`; the app supplies the store
+through `app.offset_source` (see streams/app.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from faust.transport.drivers import TRANSPORTS
+from faust.transport.drivers.aiokafka import Consumer as AIOKafkaFaustConsumer
+from faust.transport.drivers.aiokafka import Transport as AIOKafkaTransport
+from faust.types import TP
+
+log = logging.getLogger("flashsend.offsets")
+
+SCHEME = "pgkafka"
+
+# (topic, partitions) -> {partition: next_offset}
+OffsetSource = Callable[[str, list[int]], Awaitable[Mapping[int, int]]]
+
+
+class PgOffsetsConsumer(AIOKafkaFaustConsumer):  # type: ignore[misc]
+    async def seek_to_committed(self) -> Mapping[TP, int]:
+        committed: dict[TP, int] = dict(await super().seek_to_committed())
+        source: OffsetSource | None = getattr(self.app, "offset_source", None)
+        managed: set[str] = getattr(self.app, "managed_topics", set())
+        if source is None or not managed:
+            return committed
+        by_topic: dict[str, list[int]] = {}
+        for tp in self.assignment():
+            if tp.topic in managed:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+        seeks: dict[TP, int] = {}
+        for topic, partitions in by_topic.items():
+            stored = await source(topic, sorted(partitions))
+            for partition in partitions:
+                seeks[TP(topic, partition)] = int(stored.get(partition, 0))
+        if seeks:
+            await self.seek_wait(seeks)
+            log.info(
+                "seeked to postgres offsets %s",
+                {f"{tp.topic}[{tp.partition}]": o for tp, o in sorted(seeks.items())},
+            )
+        committed.update(seeks)
+        return committed
+
+
+class PgOffsetsTransport(AIOKafkaTransport):  # type: ignore[misc]
+    Consumer: Any = PgOffsetsConsumer
+
+
+def register() -> str:
+    """Make `pgkafka://host:port` resolve to this transport; returns the scheme."""
+    TRANSPORTS.aliases[SCHEME] = f"{__name__}:PgOffsetsTransport"
+    return SCHEME
+
+
+register()

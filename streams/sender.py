@@ -1,0 +1,487 @@
+"""The campaign sender: Kafka doorbells → claim in PostgreSQL → paced SES SendBulkEmail calls.
+
+`handle(batch)` runs in the Faust agent, serially: decode, dead-letter poison, then ONE
+transaction that advances the fenced offsets and claims the rows. Claimed rows go to the lane
+of their partition. Each lane (one asyncio task per partition) paces its calls (R/P per
+campaign), re-checks the campaign right before each call, calls SES in a thread (bounded), and
+records the outcome in one statement. Offsets are advanced at claim time, so lanes may run
+concurrently without breaking offset order.
+
+Failure policy (marketing is at-most-once):
+- no answer from SES (timeout, 5xx) → `unknown`, never resent automatically;
+- throttled / transient → retried in the lane with backoff + jitter, then left `pending`
+  (requeue) for reconcile;
+- paused/cancelled before the call → rows released (`pending` requeue / `cancelled`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
+from schemas.serde import AvroCodec, SerdeError
+from sinks.recipient_store import (
+    ClaimedRecipient,
+    PartitionSpan,
+    RecipientStore,
+    RowResult,
+    StoreUnavailable,
+)
+from sinks.ses import BulkEntry, SesCallFailed, SesSender
+from streams.backoff import backoff_delay
+from streams.campaign_state import CampaignCache
+from streams.outcomes import (
+    Outcome,
+    classify_call_error,
+    is_campaign_fatal,
+    is_entry_throttle,
+    is_throttle,
+    map_bulk_response,
+)
+from streams.throttle import Aimd, Pacer, split_rate
+
+log = logging.getLogger("flashsend.sender")
+
+MAX_ENTRIES = 50
+
+
+class Record(Protocol):
+    """What the sender needs from a consumed Kafka record (a Faust message fits)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+
+
+@dataclass(frozen=True)
+class SenderConfig:
+    partitions: int
+    lane_capacity: int = 100  # claimed-but-unsent rows per partition (bounds `unknown`)
+    max_inflight_calls: int = 12  # SES calls in flight per worker
+    max_retries: int = 4  # per call, for throttles and transient entries
+    retry_base_s: float = 0.2
+    retry_cap_s: float = 5.0
+    store_retry_cap_s: float = 5.0
+
+
+HeadersFor = Callable[[ClaimedRecipient], Mapping[str, str]]
+
+
+def _no_headers(_: ClaimedRecipient) -> Mapping[str, str]:
+    return {}
+
+
+class Lane:
+    """Sends the claimed rows of one partition, one SES call at a time."""
+
+    def __init__(self, partition: int, sender: CampaignSender) -> None:
+        self.partition = partition
+        self._sender = sender
+        self._rows: deque[ClaimedRecipient] = deque()
+        self._has_rows = asyncio.Event()
+        self._has_room = asyncio.Event()
+        self._has_room.set()
+        self._pacers: dict[int, tuple[Pacer, Aimd]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._inflight: list[ClaimedRecipient] = []
+
+    @property
+    def backlog(self) -> int:
+        return len(self._rows) + len(self._inflight)
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name=f"lane-{self.partition}")
+
+    async def put(self, rows: Sequence[ClaimedRecipient]) -> None:
+        capacity = self._sender.config.lane_capacity
+        while len(self._rows) >= capacity:
+            self._has_room.clear()
+            await self._has_room.wait()
+        self._rows.extend(rows)
+        self._has_rows.set()
+
+    async def drain(self) -> None:
+        while self._rows or self._inflight:
+            await asyncio.sleep(0.02)
+
+    async def stop(self) -> None:
+        """Release rows that never reached SES (safe: nothing was sent for them)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        pending = list(self._rows)
+        self._rows.clear()
+        for cid, group in _by_campaign(pending).items():
+            await self._sender.record(
+                cid, [RowResult(r.seq, "pending", "worker_stopped", None) for r in group]
+            )
+
+    def _take_call(self) -> list[ClaimedRecipient]:
+        first = self._rows[0]
+        call: list[ClaimedRecipient] = []
+        rest: deque[ClaimedRecipient] = deque()
+        while self._rows and len(call) < MAX_ENTRIES:
+            row = self._rows.popleft()
+            (call if row.campaign_id == first.campaign_id else rest).append(row)
+        self._rows.extendleft(reversed(rest))
+        if len(self._rows) < self._sender.config.lane_capacity:
+            self._has_room.set()
+        if not self._rows:
+            self._has_rows.clear()
+        return call
+
+    def _pacer(self, campaign_id: int, rate: float) -> tuple[Pacer, Aimd]:
+        share = split_rate(rate, self._sender.config.partitions)
+        entry = self._pacers.get(campaign_id)
+        if entry is None or entry[1].ceiling != share:
+            entry = (Pacer(share), Aimd(ceiling=share))
+            self._pacers[campaign_id] = entry
+        return entry
+
+    async def _run(self) -> None:
+        while True:
+            await self._has_rows.wait()
+            call = self._take_call()
+            if not call:
+                continue
+            self._inflight = call
+            try:
+                await self._send_call(call)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception(
+                    "lane %s: unexpected error; rows stay 'sending' for reconcile", self.partition
+                )
+            finally:
+                self._inflight = []
+
+    async def _send_call(self, rows: list[ClaimedRecipient]) -> None:
+        s = self._sender
+        cid = rows[0].campaign_id
+        attempt = 0
+        while rows:
+            campaign = s.campaigns.get(cid)
+            if campaign is None or campaign.status != "sending" or not s.campaigns.is_fresh():
+                await s.release(cid, rows, campaign.status if campaign else "gone")
+                return
+            pacer, aimd = self._pacer(cid, campaign.rate_limit)
+            delay = pacer.delay(len(rows), time.monotonic())
+            if delay > 0:
+                await asyncio.sleep(delay)
+                if not s.campaigns.is_sending(cid):  # paused while we waited
+                    continue
+            pacer.started(len(rows), time.monotonic())
+            outcome = await s.call_ses(campaign, rows)
+            now = time.monotonic()
+            if outcome.throttled:
+                aimd.on_throttle(now)
+                pacer.set_rate(aimd.rate)
+            elif aimd.ceiling > 0 and aimd.rate < aimd.ceiling:
+                aimd.on_success(now)
+                pacer.set_rate(aimd.rate)
+            await s.record(cid, outcome.final)
+            if outcome.pause_reason:
+                await s.pause(cid, outcome.pause_reason)
+            rows = outcome.retry
+            if rows:
+                attempt += 1
+                if attempt > s.config.max_retries:
+                    await s.record(
+                        cid,
+                        [
+                            RowResult(
+                                r.seq, "pending", f"retry_exhausted:{outcome.retry_reason}", None
+                            )
+                            for r in rows
+                        ],
+                    )
+                    return
+                await asyncio.sleep(
+                    backoff_delay(
+                        attempt, base=s.config.retry_base_s, cap=s.config.retry_cap_s, rng=s.rng
+                    )
+                )
+
+
+@dataclass
+class CallOutcome:
+    final: list[RowResult]
+    retry: list[ClaimedRecipient]
+    retry_reason: str | None = None
+    throttled: bool = False
+    pause_reason: str | None = None
+
+
+def _by_campaign(rows: Sequence[ClaimedRecipient]) -> dict[int, list[ClaimedRecipient]]:
+    grouped: dict[int, list[ClaimedRecipient]] = {}
+    for row in rows:
+        grouped.setdefault(row.campaign_id, []).append(row)
+    return grouped
+
+
+class CampaignSender:
+    def __init__(
+        self,
+        *,
+        config: SenderConfig,
+        store: RecipientStore,
+        ses: SesSender,
+        campaigns: CampaignCache,
+        codec: AvroCodec,
+        dlq: DeadLetterProducer,
+        headers_for: HeadersFor = _no_headers,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.ses = ses
+        self.campaigns = campaigns
+        self.codec = codec
+        self.dlq = dlq
+        self.headers_for = headers_for
+        self.rng = rng or random.Random()
+        self.lanes: dict[int, Lane] = {}
+        self._executor = ThreadPoolExecutor(
+            max_workers=config.max_inflight_calls, thread_name_prefix="ses"
+        )
+        self._calls = asyncio.Semaphore(config.max_inflight_calls)
+        self.stats: dict[str, int] = {
+            "claimed": 0,
+            "skipped": 0,
+            "fenced": 0,
+            "dead": 0,
+            "calls": 0,
+            "sent": 0,
+            "failed": 0,
+            "unknown": 0,
+        }
+
+    # ---- the agent side -------------------------------------------------------------------
+
+    async def handle(self, records: Sequence[Record]) -> None:
+        """Process one consumed batch. Never returns before its effects are committed; retries
+        database and DLQ outages itself (Faust acks the batch whatever happens)."""
+        if not records:
+            return
+        spans: dict[int, PartitionSpan] = {}
+        keys: dict[int, list[tuple[int, int]]] = {}
+        dead: list[DeadLetter] = []
+        for rec in records:
+            span = spans.get(rec.partition)
+            spans[rec.partition] = PartitionSpan(
+                rec.partition,
+                rec.offset if span is None else min(span.first_offset, rec.offset),
+                rec.offset if span is None else max(span.last_offset, rec.offset),
+            )
+            try:
+                doorbell = self.codec.decode(rec.value)
+            except SerdeError as exc:
+                dead.append(
+                    DeadLetter(
+                        rec.topic,
+                        rec.partition,
+                        rec.offset,
+                        rec.key,
+                        rec.value,
+                        exc.reason,
+                        str(exc),
+                    )
+                )
+                continue
+            keys.setdefault(rec.partition, []).append((doorbell["campaign_id"], doorbell["seq"]))
+        unknown = await self._retry(self._unknown_campaigns, keys)
+        if unknown:
+            keys, dead = self._dead_for_unknown(records, keys, unknown, dead)
+        if dead:
+            await self._retry(self.dlq.publish, dead)
+            self.stats["dead"] += len(dead)
+        outcome = await self._retry(self.store.claim_batch, list(spans.values()), keys)
+        self.stats["claimed"] += len(outcome.claimed)
+        self.stats["skipped"] += outcome.skipped
+        if outcome.fenced_partitions:
+            self.stats["fenced"] += len(outcome.fenced_partitions)
+            log.warning(
+                "fenced partitions %s: already processed by another worker",
+                outcome.fenced_partitions,
+            )
+        by_partition: dict[int, list[ClaimedRecipient]] = {}
+        partition_of = {key: p for p, ks in keys.items() for key in ks}
+        for row in outcome.claimed:
+            by_partition.setdefault(partition_of[(row.campaign_id, row.seq)], []).append(row)
+        for partition, rows in by_partition.items():
+            lane = self.lanes.get(partition)
+            if lane is None:
+                lane = self.lanes[partition] = Lane(partition, self)
+            lane.start()
+            await lane.put(rows)
+
+    async def _unknown_campaigns(self, keys: Mapping[int, list[tuple[int, int]]]) -> set[int]:
+        ids = {cid for ks in keys.values() for cid, _ in ks}
+        missing = {cid for cid in ids if self.campaigns.get(cid) is None}
+        if not missing:
+            return set()
+        existing = await self.store.existing_campaigns(sorted(missing))
+        return missing - existing
+
+    def _dead_for_unknown(
+        self,
+        records: Sequence[Record],
+        keys: dict[int, list[tuple[int, int]]],
+        unknown: set[int],
+        dead: list[DeadLetter],
+    ) -> tuple[dict[int, list[tuple[int, int]]], list[DeadLetter]]:
+        kept = {p: [k for k in ks if k[0] not in unknown] for p, ks in keys.items()}
+        for rec in records:
+            try:
+                doorbell = self.codec.decode(rec.value)
+            except SerdeError:
+                continue
+            if doorbell["campaign_id"] in unknown:
+                dead.append(
+                    DeadLetter(
+                        rec.topic,
+                        rec.partition,
+                        rec.offset,
+                        rec.key,
+                        rec.value,
+                        "unknown_campaign",
+                        f"campaign {doorbell['campaign_id']}",
+                    )
+                )
+        return kept, dead
+
+    async def _retry(self, fn: Callable[..., Any], *args: Any) -> Any:
+        attempt = 0
+        while True:
+            try:
+                return await fn(*args)
+            except (StoreUnavailable, DeadLetterFailed) as exc:
+                attempt += 1
+                delay = backoff_delay(
+                    min(attempt, 10), base=0.1, cap=self.config.store_retry_cap_s, rng=self.rng
+                )
+                log.warning(
+                    "%s failed (attempt %d), retrying in %.2fs: %s",
+                    getattr(fn, "__name__", fn),
+                    attempt,
+                    delay,
+                    exc,
+                )
+                await asyncio.sleep(delay)
+
+    # ---- the lane side --------------------------------------------------------------------
+
+    async def record(self, campaign_id: int, results: Sequence[RowResult]) -> None:
+        if not results:
+            return
+        await self._retry(self.store.record_results, campaign_id, results)
+        for r in results:
+            if r.status in self.stats:
+                self.stats[r.status] += 1
+
+    async def release(
+        self, campaign_id: int, rows: Sequence[ClaimedRecipient], status: str
+    ) -> None:
+        if status == "cancelled":
+            results = [RowResult(r.seq, "cancelled", "campaign_cancelled", None) for r in rows]
+        else:
+            results = [RowResult(r.seq, "pending", f"released:{status}", None) for r in rows]
+        await self.record(campaign_id, results)
+
+    async def pause(self, campaign_id: int, reason: str) -> None:
+        if await self._retry(self.store.pause_campaign, campaign_id, reason):
+            log.warning("campaign %s paused automatically: %s", campaign_id, reason)
+        with contextlib.suppress(StoreUnavailable):
+            await self.campaigns.refresh()
+
+    async def call_ses(self, campaign: Any, rows: list[ClaimedRecipient]) -> CallOutcome:
+        entries = [
+            BulkEntry(
+                to=r.email,
+                replacement_data={"first_name": r.first_name or "there", "user_id": r.user_id},
+                headers=self.headers_for(r),
+                tags={"seq": str(r.seq)},
+            )
+            for r in rows
+        ]
+        seqs = [r.seq for r in rows]
+        async with self._calls:
+            self.stats["calls"] += 1
+            loop = asyncio.get_running_loop()
+            try:
+                statuses = await loop.run_in_executor(
+                    self._executor,
+                    lambda: self.ses.send_bulk(
+                        from_address=campaign.from_address,
+                        template=campaign.template,
+                        configuration_set=campaign.configuration_set,
+                        entries=entries,
+                        default_tags={"campaign": str(campaign.id)},
+                    ),
+                )
+            except SesCallFailed as exc:
+                return self._call_failed(exc, rows)
+        if len(statuses) != len(rows):
+            # SES answered, but we cannot tell which entry is which: nobody may be resent.
+            reason = f"response_length_mismatch:{len(statuses)}/{len(rows)}"
+            return CallOutcome([RowResult(r.seq, "unknown", reason, None) for r in rows], [])
+        results = map_bulk_response(seqs, [(s.status, s.message_id, s.error) for s in statuses])
+        final: list[RowResult] = []
+        retry: list[ClaimedRecipient] = []
+        throttled = False
+        pause_reason: str | None = None
+        retry_reason: str | None = None
+        by_seq = {r.seq: r for r in rows}
+        for res, st in zip(results, statuses, strict=True):
+            if res.outcome is Outcome.SENT:
+                final.append(RowResult(res.seq, "sent", None, res.message_id))
+            elif res.outcome is Outcome.RETRY:
+                retry.append(by_seq[res.seq])
+                retry_reason = res.reason
+                throttled = throttled or is_entry_throttle(st.status)
+            elif res.outcome is Outcome.PAUSE_CAMPAIGN or is_campaign_fatal(st.status):
+                final.append(RowResult(res.seq, "pending", res.reason, None))
+                pause_reason = res.reason
+            elif res.outcome is Outcome.UNKNOWN:
+                final.append(RowResult(res.seq, "unknown", res.reason, None))
+            else:
+                final.append(RowResult(res.seq, "failed", res.reason, None))
+        return CallOutcome(final, retry, retry_reason, throttled, pause_reason)
+
+    def _call_failed(self, exc: SesCallFailed, rows: list[ClaimedRecipient]) -> CallOutcome:
+        outcome = classify_call_error(exc.code, exc.http_status, timed_out=exc.timed_out)
+        reason = f"{exc.code or 'no_response'}"
+        if outcome is Outcome.RETRY:
+            return CallOutcome([], rows, reason, throttled=is_throttle(exc.code, exc.http_status))
+        if outcome is Outcome.PAUSE_CAMPAIGN or (exc.code and is_campaign_fatal(exc.code)):
+            return CallOutcome(
+                [RowResult(r.seq, "pending", reason, None) for r in rows], [], pause_reason=reason
+            )
+        status = "unknown" if outcome is Outcome.UNKNOWN else "failed"
+        return CallOutcome([RowResult(r.seq, status, reason, None) for r in rows], [])
+
+    async def stop(self) -> None:
+        for lane in list(self.lanes.values()):
+            await lane.stop()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def backlog(self) -> int:
+        return sum(lane.backlog for lane in self.lanes.values())
