@@ -2,8 +2,9 @@
 
 SES renders templates with Handlebars. The stand-in supports what flashsend uses:
 `{{name}}`, `{{ name }}`, dotted paths (`{{user.first}}`) and triple braces (`{{{name}}}`,
-never HTML-escaped). Block helpers (`{{#if}}`, `{{/if}}`, `{{else}}`, `{{!comment}}`) render as
-nothing and are not checked for data. A variable that the template references but the data
+never HTML-escaped). Block helper tags (`{{#if x}}`, `{{/if}}`, `{{else}}`, `{{!comment}}`) are
+dropped while the text between them is kept (no conditionals or loops), and they are not
+checked for data. A variable that the template references but the data
 does not contain is a *rendering failure*: like SES, the send call still succeeds and the
 failure is reported later (we record it on the message for the event emitter).
 """
@@ -20,9 +21,6 @@ from typing import Any
 # One `{{…}}` or `{{{…}}}` tag. Group 1 is the triple-brace body, group 2 the double-brace one.
 _TAG_RE = re.compile(r"\{\{\{\s*([^{}]*?)\s*\}\}\}|\{\{\s*([^{}]*?)\s*\}\}")
 _IGNORED_PREFIXES = ("#", "/", "^", "!", ">")
-
-# A compiled field is a tuple of literal strings and variable references.
-Part = "str | Var"
 
 
 @dataclass(frozen=True, slots=True)

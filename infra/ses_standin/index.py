@@ -1,0 +1,117 @@
+"""In-memory indexes over accepted messages, rebuilt from the journal at start.
+
+A campaign is the value of the message tag named `campaign` (messages without it form the
+campaign ""; tag values cannot be empty, so that key never clashes). Duplicates are counted per
+(campaign, lower-cased bare address): a pair accepted k times contributes k - 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from infra.ses_standin.stats import bucket_counts, max_in_window, sort_points
+
+MAX_LISTED_DUPLICATES = 100
+UNTAGGED = ""
+
+
+@dataclass(slots=True)
+class Acceptances:
+    """Acceptance points, journal offsets and duplicate tracking for one campaign."""
+
+    track_duplicates: bool = True
+    times: list[float] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    messages: int = 0
+    recipients: int = 0
+    rendering_failures: int = 0
+    seen: dict[str, int] = field(default_factory=dict)
+    duplicates: int = 0
+    duplicate_destinations: list[str] = field(default_factory=list)
+
+    def add(self, t: float, keys: Sequence[str], offset: int, rendering_failed: bool) -> None:
+        n = len(keys)
+        if self.times and self.times[-1] == t:
+            self.counts[-1] += n
+        else:
+            self.times.append(t)
+            self.counts.append(n)
+        self.offsets.append(offset)
+        self.messages += 1
+        self.recipients += n
+        if rendering_failed:
+            self.rendering_failures += 1
+        if not self.track_duplicates:
+            return
+        seen = self.seen
+        for key in keys:
+            copies = seen.get(key, 0) + 1
+            seen[key] = copies
+            if copies > 1:
+                self.duplicates += 1
+                if copies == 2 and len(self.duplicate_destinations) < MAX_LISTED_DUPLICATES:
+                    self.duplicate_destinations.append(key)
+
+
+class MessageIndex:
+    """Per-campaign and per-destination views of the journal."""
+
+    all: Acceptances
+    campaigns: dict[str, Acceptances]
+    by_destination: dict[str, list[int]]
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.all = Acceptances(track_duplicates=False)
+        self.campaigns = {}
+        self.by_destination = {}
+
+    def add(self, t: float, campaign: str, keys: Sequence[str], offset: int, failed: bool) -> None:
+        acceptances = self.campaigns.get(campaign)
+        if acceptances is None:
+            acceptances = self.campaigns[campaign] = Acceptances()
+        acceptances.add(t, keys, offset, failed)
+        self.all.add(t, keys, offset, failed)
+        by_destination = self.by_destination
+        for key in keys:
+            offsets = by_destination.get(key)
+            if offsets is None:
+                by_destination[key] = [offset]
+            else:
+                offsets.append(offset)
+
+    def select(self, campaign: str | None) -> Acceptances:
+        """The campaign's acceptances (empty if unknown), or all of them for None."""
+        if campaign is None:
+            return self.all
+        return self.campaigns.get(campaign) or Acceptances()
+
+    def stats(self, campaign: str | None) -> dict[str, Any]:
+        """The `/_admin/stats` document."""
+        acc = self.select(campaign)
+        if campaign is None:
+            duplicates = sum(c.duplicates for c in self.campaigns.values())
+            listed = [d for c in self.campaigns.values() for d in c.duplicate_destinations]
+        else:
+            duplicates, listed = acc.duplicates, acc.duplicate_destinations
+        times, counts = sort_points(acc.times, acc.counts)
+        return {
+            "campaign": campaign,
+            "accepted": acc.recipients,
+            "messages": acc.messages,
+            "duplicates": duplicates,
+            "duplicate_destinations": listed[:MAX_LISTED_DUPLICATES],
+            "max_1s_window": max_in_window(times, counts, 1.0),
+            "first_ts": times[0] if times else None,
+            "last_ts": times[-1] if times else None,
+            "rendering_failures": acc.rendering_failures,
+        }
+
+    def rate(self, campaign: str | None, bucket_s: float) -> list[tuple[float, int]]:
+        acc = self.select(campaign)
+        return bucket_counts(acc.times, acc.counts, bucket_s)
