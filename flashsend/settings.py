@@ -69,7 +69,34 @@ class Settings(BaseSettings):
     batch_size: int = 50
     inflight_calls: int = 12
     ses_timeout_s: float = 10.0
-    lease_s: float = 120.0
+    lease_s: float = 120.0  # > the longest possible call with its retries
+    reconcile_interval_s: float = 5.0
+
+    # Transactional mail (issue 6) — docs/transactional.md explains each knob.
+    orders_database: str = "flashsend_orders"  # the demo order service's own database
+    orders_pg_dsn: str = ""  # empty: orders_database on the same server as pg_dsn
+    order_events_partitions: int = 3
+    order_events_retention_s: float = 7 * 86400.0  # retention.ms of order.events
+    group_mail: str = "flashsend-mail"
+    group_orders: str = "flashsend-orders"
+    mail_app_id: str = "flashsend-mail"
+    mail_from_address: str = "Shop <orders@shop.flashsend.test>"
+    mail_rate: float = 40.0  # sends/s per mail worker; must fit in transactional_reserve
+    mail_concurrency: int = 8  # SES calls in flight per mail worker
+    mail_ses_timeout_s: float = 5.0  # read timeout of one SendEmail (connect: min(this, 2))
+    mail_lease_s: float = 30.0  # must exceed the worst measured send time (validated)
+    mail_max_attempts: int = 5  # explicit failures before a mail is `failed`
+    mail_retry_base_s: float = 1.0
+    mail_retry_cap_s: float = 60.0
+    mail_at_most_once_templates: tuple[str, ...] = ("payment_notice",)
+    mail_event_max_age_s: float = 86400.0  # older order events are ignored (replay trap)
+    mail_retention_s: float = 8 * 86400.0  # dedupe keys kept at least the topic's retention
+    mail_poll_s: float = 1.0  # sweep: lost doorbells, due send_after, expired leases
+    relay_batch: int = 100
+    relay_poll_s: float = 0.5
+    relay_publish_timeout_s: float = 30.0  # > p99 broker ack latency (seed trap 10)
+    relay_max_failures: int = 10  # message-specific publish failures before `dead`
+    relay_backoff_cap_s: float = 30.0
 
     @model_validator(mode="after")
     def _fill_local_endpoints(self) -> Settings:
@@ -81,6 +108,9 @@ class Settings(BaseSettings):
             object.__setattr__(self, "pg_dsn", dsn)
         if self.ses_endpoint is None:
             object.__setattr__(self, "ses_endpoint", f"http://127.0.0.1:{self.ses_port}")
+        if not self.orders_pg_dsn:  # transactional mail (issue 6)
+            dsn = make_conninfo(self.pg_dsn, dbname=self.orders_database)
+            object.__setattr__(self, "orders_pg_dsn", dsn)
         object.__setattr__(self, "state_dir", self.state_dir.resolve())
         object.__setattr__(self, "cache_dir", self.cache_dir.resolve())
         return self

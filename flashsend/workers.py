@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -11,6 +12,15 @@ from pathlib import Path
 
 from flashsend.settings import Settings, settings_env
 from infra.process import pid_alive, terminate
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGTERM it when the parent (demo, chaos, a test) dies, so a
+    killed parent never leaves workers sending in the background."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def rss_mb(pid: int) -> float:

@@ -14,6 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
+from producers.reconcile import Reconciler
 from schemas.serde import AvroCodec, registry_client
 from sinks.recipient_store import RecipientStore
 from sinks.ses import SesSender, make_client
@@ -129,6 +130,35 @@ def create_app(settings: Settings) -> FlashsendApp:
                 app._crash(RuntimeError("sender batch failed"))
                 raise
             yield None
+
+    reconciler: list[Reconciler] = []
+
+    @app.timer(interval=settings.reconcile_interval_s)  # type: ignore[misc]
+    async def _reconcile() -> None:
+        """Repair loop on every worker (an advisory lock lets one run per campaign at a time):
+        expired leases → unknown, released rows and lost doorbells → produced again."""
+        if runtime.campaigns is None:
+            return
+        if not reconciler:
+            reconciler.append(await asyncio.to_thread(Reconciler, settings))
+        for campaign in runtime.campaigns.live():
+            if campaign.status != "sending":
+                continue
+            try:
+                result = await asyncio.to_thread(reconciler[0].reconcile, campaign.id)
+            except Exception as exc:  # the next tick retries; never take the worker down
+                log.warning("reconcile of campaign %s failed: %s", campaign.id, exc)
+                continue
+            if result.expired or result.requeued or result.orphans or result.done:
+                log.info("reconcile %s", result.as_dict())
+
+    # The eager rebalance protocol revokes every partition before each assignment; acting on
+    # the new assignment instead keeps the lanes of partitions we keep running undisturbed.
+    @app.on_partitions_assigned.connect  # type: ignore[misc]
+    async def _assigned(app: faust.App, assigned: set[Any], **kwargs: Any) -> None:
+        if runtime.sender is not None:
+            await runtime.sender.reassign(
+                {tp.partition for tp in assigned if tp.topic == settings.topic_recipients})
 
     @app.on_before_shutdown.connect  # type: ignore[misc]
     async def _stop_runtime(app: faust.App, **kwargs: Any) -> None:

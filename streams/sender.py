@@ -100,6 +100,9 @@ class Lane:
         self._pacers: dict[int, tuple[Pacer, Aimd]] = {}
         self._task: asyncio.Task[None] | None = None
         self._inflight: list[ClaimedRecipient] = []
+        # Set when the partition moved to another worker: that worker now owns the partition's
+        # rate budget, so this lane must not send anything more (queued rows are released).
+        self.revoked = False
 
     @property
     def backlog(self) -> int:
@@ -109,13 +112,36 @@ class Lane:
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name=f"lane-{self.partition}")
 
-    async def put(self, rows: Sequence[ClaimedRecipient]) -> None:
+    async def wait_room(self, n: int) -> None:
+        """Wait until n more rows fit. Called BEFORE claiming, so rows are never claimed (and
+        left 'sending' by a crash) faster than this lane can send them."""
         capacity = self._sender.config.lane_capacity
-        while len(self._rows) >= capacity:
+        while self._rows and len(self._rows) + n > capacity:
             self._has_room.clear()
             await self._has_room.wait()
+
+    def put(self, rows: Sequence[ClaimedRecipient]) -> None:
         self._rows.extend(rows)
         self._has_rows.set()
+
+    async def revoke(self) -> None:
+        self.revoked = True
+        await self._release_queued("rebalanced")
+
+    def assign(self) -> None:
+        """(Re)assigned: start with fresh pacers, which wait one interval before the first call
+        (the previous owner may have just sent)."""
+        self.revoked = False
+        self._pacers.clear()
+
+    async def _release_queued(self, reason: str) -> None:
+        queued = list(self._rows)
+        self._rows.clear()
+        self._has_rows.clear()
+        self._has_room.set()
+        for cid, group in _by_campaign(queued).items():
+            await self._sender.record(cid, [RowResult(r.seq, "pending", reason, None)
+                                            for r in group])
 
     async def drain(self) -> None:
         while self._rows or self._inflight:
@@ -135,14 +161,17 @@ class Lane:
 
     def _take_call(self) -> list[ClaimedRecipient]:
         first = self._rows[0]
+        campaign = self._sender.campaigns.get(first.campaign_id)
+        size = MAX_ENTRIES
+        if campaign is not None:
+            size = self._pacer(first.campaign_id, campaign.rate_limit)[0].call_size(MAX_ENTRIES)
         call: list[ClaimedRecipient] = []
         rest: deque[ClaimedRecipient] = deque()
-        while self._rows and len(call) < MAX_ENTRIES:
+        while self._rows and len(call) < size:
             row = self._rows.popleft()
             (call if row.campaign_id == first.campaign_id else rest).append(row)
         self._rows.extendleft(reversed(rest))
-        if len(self._rows) < self._sender.config.lane_capacity:
-            self._has_room.set()
+        self._has_room.set()
         if not self._rows:
             self._has_rows.clear()
         return call
@@ -178,6 +207,9 @@ class Lane:
         cid = rows[0].campaign_id
         attempt = 0
         while rows:
+            if self.revoked:
+                await s.record(cid, [RowResult(r.seq, "pending", "rebalanced", None) for r in rows])
+                return
             campaign = s.campaigns.get(cid)
             if campaign is None or campaign.status != "sending" or not s.campaigns.is_fresh():
                 await s.release(cid, rows, campaign.status if campaign else "gone")
@@ -278,9 +310,24 @@ class CampaignSender:
 
     async def handle(self, records: Sequence[Record]) -> None:
         """Process one consumed batch. Never returns before its effects are committed; retries
-        database and DLQ outages itself (Faust acks the batch whatever happens)."""
+        database and DLQ outages itself (Faust acks the batch whatever happens).
+
+        The batch is claimed in rounds of at most `lane_capacity` records per partition, each
+        round waiting for room in the lanes first: a crash leaves at most one lane's worth of
+        claimed-but-unsent rows per partition (they become `unknown`, never resent)."""
         if not records:
             return
+        by_partition: dict[int, list[Record]] = {}
+        for rec in records:
+            by_partition.setdefault(rec.partition, []).append(rec)
+        size = self.config.lane_capacity
+        chunks = {p: [sorted(rs, key=lambda r: r.offset)[i:i + size]
+                      for i in range(0, len(rs), size)] for p, rs in by_partition.items()}
+        for round_no in range(max(len(c) for c in chunks.values())):
+            await self._claim_round([rec for c in chunks.values() if round_no < len(c)
+                                     for rec in c[round_no]])
+
+    async def _claim_round(self, records: Sequence[Record]) -> None:
         spans: dict[int, PartitionSpan] = {}
         keys: dict[int, list[tuple[int, int]]] = {}
         dead: list[DeadLetter] = []
@@ -313,6 +360,8 @@ class CampaignSender:
         if dead:
             await self._retry(self.dlq.publish, dead)
             self.stats["dead"] += len(dead)
+        for partition, ks in keys.items():
+            await self._lane(partition).wait_room(len(ks))
         outcome = await self._retry(self.store.claim_batch, list(spans.values()), keys)
         self.stats["claimed"] += len(outcome.claimed)
         self.stats["skipped"] += outcome.skipped
@@ -327,11 +376,28 @@ class CampaignSender:
         for row in outcome.claimed:
             by_partition.setdefault(partition_of[(row.campaign_id, row.seq)], []).append(row)
         for partition, rows in by_partition.items():
+            lane = self._lane(partition)
+            lane.put(rows)
+            if lane.revoked:  # revoked while we were claiming: not ours to send any more
+                await lane.revoke()
+
+    async def reassign(self, owned: set[int]) -> None:
+        """The partitions this worker owns after a rebalance: lanes of lost partitions stop
+        (queued rows released), lanes of new ones start with fresh pacers."""
+        for partition, lane in self.lanes.items():
+            if partition not in owned and not lane.revoked:
+                await lane.revoke()
+        for partition in owned:
             lane = self.lanes.get(partition)
-            if lane is None:
-                lane = self.lanes[partition] = Lane(partition, self)
-            lane.start()
-            await lane.put(rows)
+            if lane is None or lane.revoked:
+                self._lane(partition).assign()
+
+    def _lane(self, partition: int) -> Lane:
+        lane = self.lanes.get(partition)
+        if lane is None:
+            lane = self.lanes[partition] = Lane(partition, self)
+        lane.start()
+        return lane
 
     async def _unknown_campaigns(self, keys: Mapping[int, list[tuple[int, int]]]) -> set[int]:
         ids = {cid for ks in keys.values() for cid, _ in ks}

@@ -212,34 +212,49 @@ class Pacer:
 
     Unlike GCRA there is no catch-up: a call that went out late (event loop busy, a slow DB
     write) does not earn the next one an early start, so two calls of the same lane are never
-    closer than the rate allows and P lanes at R/P stay within R in any sliding second (GCRA
-    alone only guarantees R + P*burst). `headroom` (< 1) keeps a little slack for the network
-    jitter between our clock and the provider's.
+    closer than the rate allows. `headroom` (< 1) keeps a little slack for the network jitter
+    between our clock and the provider's.
 
-    A new pacer (a partition just taken over after a rebalance) waits one interval before its
-    first call: the previous owner may have just sent (empty bucket, no burst).
+    Two more things keep P lanes at R/P within R in every sliding second (GCRA alone only
+    guarantees R + P*burst, because P lanes can fire at the same instant):
+    - `call_size`: at low per-lane rates calls get smaller (one `tick` worth of recipients), so
+      a lane never holds more than a fraction of a second of budget in one call;
+    - a new pacer (campaign start, or a partition just taken over after a rebalance) waits a
+      random 1–2 intervals before its first call: lanes start out of phase instead of firing
+      together, and the previous owner's last call has had its interval (no burst).
     """
 
     rate: float
     headroom: float = 0.98
+    tick: float = 0.2
+    phase: float = 0.0  # in [0, 1): fraction of an extra interval before the first call
     _next: float | None = field(default=None, init=False, repr=False)
 
     @property
     def unlimited(self) -> bool:
         return self.rate <= 0
 
+    def call_size(self, max_entries: int) -> int:
+        """Recipients per call: a `tick` worth at this rate, between 1 and max_entries."""
+        if self.unlimited:
+            return max_entries
+        return max(1, min(max_entries, int(self.rate * self.tick)))
+
+    def _interval(self, n: int) -> float:
+        return n / (self.rate * self.headroom)
+
     def delay(self, n: int, now: float) -> float:
         """Seconds to wait before a call of n recipients may start."""
         if self.unlimited:
             return 0.0
         if self._next is None:
-            self._next = now + n / (self.rate * self.headroom)
+            self._next = now + self._interval(n) * (1.0 + self.phase)
         return max(0.0, self._next - now)
 
     def started(self, n: int, now: float) -> None:
         """Record that a call of n recipients started at `now`."""
         if not self.unlimited:
-            self._next = now + n / (self.rate * self.headroom)
+            self._next = now + self._interval(n)
 
     def set_rate(self, rate: float) -> None:
         self.rate = rate

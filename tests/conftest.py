@@ -8,11 +8,13 @@ running one (e.g. after `flashsend up`).
 from __future__ import annotations
 
 import os
+import random
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from flashsend.settings import Settings, load_settings
@@ -88,6 +90,10 @@ def settings(stack: LocalStack) -> Settings:
     suffix = uuid.uuid4().hex[:10]
     database = f"t_{suffix}"
     stack.postgres.create_database(database, template=TEMPLATE_DB)
+    # Campaign ids are SES tags, and the stand-in is shared by every test of the session:
+    # start each test database's ids at a random offset so its statistics never mix.
+    with psycopg.connect(stack.settings.pg_dsn_for(database), autocommit=True) as conn:
+        conn.execute(f"ALTER SEQUENCE campaigns_id_seq RESTART WITH {random.randrange(10**6, 10**9)}")
     return stack.settings_for(
         pg_database=database,
         pg_dsn=stack.settings.pg_dsn_for(database),

@@ -9,6 +9,6 @@ Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 
 
 def registry() -> list[Register]:
-    from flashsend.commands import campaign, demo, stack, worker
+    from flashsend.commands import campaign, demo, mail, stack, worker
 
-    return [stack.register, campaign.register, worker.register, demo.register]
+    return [stack.register, campaign.register, worker.register, demo.register, mail.register]

@@ -17,10 +17,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "pacing. Stop with Ctrl-C / SIGTERM (unsent claimed rows are released).",
     )
     p.add_argument("--loglevel", default="warning", help="debug|info|warning|error")
+    p.add_argument(
+        "--role",
+        choices=("campaign", "mail", "orders"),
+        default="campaign",
+        help="campaign sender (default); mail: the transactional mail service; orders: the "
+        "demo order service's consumer of mail.events (docs/transactional.md)",
+    )
     p.set_defaults(func=cmd_worker)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    if args.role != "campaign":  # transactional mail (issue 6)
+        from streams.mail_app import run_role
+
+        return run_role(load_settings(), args.role, args.loglevel)
     from faust.worker import Worker
 
     from producers.topics import ensure_topics

@@ -83,3 +83,30 @@ UPDATE campaign_recipients r
   FROM unnest(%(seqs)s::int[], %(statuses)s::text[], %(reasons)s::text[],
               %(message_ids)s::text[]) AS o(seq, status, reason, message_id)
  WHERE r.campaign_id = %(campaign_id)s AND r.seq = o.seq AND r.status = 'sending';
+
+-- name: expire_leases
+-- Rows claimed longer ago than the lease were in a call whose answer never got recorded
+-- (worker killed mid-call): they may or may not have been sent, so they become unknown and
+-- are NEVER resent automatically (marketing is at-most-once; seed trap 11).
+UPDATE campaign_recipients SET status = 'unknown', reason = 'lease_expired'
+ WHERE campaign_id = %(campaign_id)s AND status = 'sending'
+   AND claimed_at < now() - make_interval(secs => %(lease_s)s);
+
+-- name: take_requeue
+-- Rows released without a send (pause, rebalance, retries exhausted) carry requeue = true.
+-- Clearing the flag with RETURNING is the claim: concurrent reconcilers split the rows.
+UPDATE campaign_recipients SET requeue = false
+ WHERE campaign_id = %(campaign_id)s AND status = 'pending' AND requeue
+RETURNING seq, user_id;
+
+-- name: restore_requeue
+UPDATE campaign_recipients SET requeue = true
+ WHERE campaign_id = %(campaign_id)s AND status = 'pending' AND seq = ANY(%(seqs)s);
+
+-- name: pending_count
+SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
+       count(*) FILTER (WHERE status = 'sending') AS sending
+  FROM campaign_recipients WHERE campaign_id = %(campaign_id)s;
+
+-- name: stored_offsets
+SELECT partition, next_offset FROM kafka_offsets WHERE group_id = %(group_id)s AND topic = %(topic)s;

@@ -1,0 +1,295 @@
+"""Transactional mail (issue 6): `flashsend orders …` (the demo order service),
+`flashsend mail status|resend|bench`, `flashsend relay`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import threading
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from flashsend.errors import UsageError
+from flashsend.settings import Settings, load_settings
+
+ORDERS_MIGRATIONS = Path(__file__).resolve().parents[2] / "infra" / "migrations_orders"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    orders = sub.add_parser("orders", help="the demo order service (its own database)")
+    osub = orders.add_subparsers(dest="orders_cmd", required=True, metavar="ACTION")
+    p = osub.add_parser("init", help="create the order database and apply its migrations")
+    p.add_argument(
+        "--monolith",
+        action="store_true",
+        help="also add the order tables to flashsend's database (monolith mode)",
+    )
+    p.set_defaults(func=cmd_orders_init)
+    p = osub.add_parser("place", help="place an order: order + OrderConfirmed in one transaction")
+    p.add_argument("--email", required=True)
+    p.add_argument("--name", default=None)
+    p.add_argument("--total", default="0")
+    p.add_argument("--currency", default="VND")
+    p.add_argument("--items", default="[]", help='JSON: [{"sku","name","quantity","price"}]')
+    p.add_argument(
+        "--send-after-s",
+        type=float,
+        default=None,
+        help="hold the confirmation mail for this many seconds (delayed mail)",
+    )
+    p.add_argument("--template", default=None)
+    p.add_argument(
+        "--monolith",
+        action="store_true",
+        help="write the mail row in the same transaction (flashsend's database)",
+    )
+    p.set_defaults(func=cmd_orders_place)
+    p = osub.add_parser("cancel", help="cancel an order (the mail outcome arrives later)")
+    p.add_argument("id", type=int)
+    p.add_argument("--reason", default=None)
+    p.add_argument("--monolith", action="store_true")
+    p.set_defaults(func=cmd_orders_cancel)
+    p = osub.add_parser("show", help="an order and what the mail service reported about it")
+    p.add_argument("id", type=int)
+    p.set_defaults(func=cmd_orders_show)
+
+    mail = sub.add_parser("mail", help="transactional mail: status, resend, latency bench")
+    msub = mail.add_subparsers(dest="mail_cmd", required=True, metavar="ACTION")
+    p = msub.add_parser("status", help='"why didn\'t I get my mail?" for one dedupe key')
+    p.add_argument("dedupe_key")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_mail_status)
+    p = msub.add_parser("resend", help="send again safely, under a new dedupe key")
+    p.add_argument("dedupe_key")
+    p.set_defaults(func=cmd_mail_resend)
+    p = msub.add_parser(
+        "bench", help="order commit -> SES accepted latency under a running campaign"
+    )
+    p.add_argument("--orders", type=int, default=300)
+    p.add_argument("--order-rate", type=float, default=10.0)
+    p.add_argument("--campaign-rate", type=float, default=600.0)
+    p.add_argument("--users", type=int, default=40_000)
+    p.add_argument("--campaign-workers", type=int, default=1)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_mail_bench)
+
+    p = sub.add_parser("relay", help="publish the order service's outbox to order.events")
+    p.add_argument(
+        "--outbox",
+        choices=("orders", "mail"),
+        default="orders",
+        help="orders: the order service's outbox; mail: the mail service's "
+        "(mail workers already run that one)",
+    )
+    p.add_argument("--once", action="store_true", help="one batch, then exit")
+    p.set_defaults(func=cmd_relay)
+
+
+# ---- order database ------------------------------------------------------------------------
+
+
+def ensure_orders_db(settings: Settings, *, monolith: bool = False) -> str:
+    """Create the order database if missing and migrate it; returns its DSN."""
+    from infra.migrate import apply_migrations
+
+    dsn = settings.orders_pg_dsn
+    name = psycopg.conninfo.conninfo_to_dict(dsn).get("dbname")
+    try:
+        psycopg.connect(dsn).close()
+    except psycopg.OperationalError:
+        with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(str(name))))
+    apply_migrations(dsn, ORDERS_MIGRATIONS)
+    if monolith:
+        apply_migrations(settings.pg_dsn, ORDERS_MIGRATIONS)
+    return dsn
+
+
+def cmd_orders_init(args: argparse.Namespace) -> int:
+    from producers.mail_topics import ensure_mail_topics
+
+    settings = load_settings()
+    ensure_orders_db(settings, monolith=args.monolith)
+    ensure_mail_topics(settings)
+    print(f"order database ready: {settings.orders_database}")
+    return 0
+
+
+def cmd_orders_place(args: argparse.Namespace) -> int:
+    import time
+
+    from sinks.order_store import NewOrder, place_order, place_order_monolith
+
+    settings = load_settings()
+    try:
+        items = json.loads(args.items)
+    except ValueError as exc:
+        raise UsageError(f"--items is not JSON: {exc}") from None
+    order = NewOrder(
+        email=args.email,
+        customer_name=args.name,
+        total=Decimal(args.total),
+        currency=args.currency,
+        items=items,
+        send_after_ms=int((time.time() + args.send_after_s) * 1000) if args.send_after_s else None,
+        template=args.template,
+    )
+    if args.monolith:
+        with psycopg.connect(settings.pg_dsn) as conn, conn.transaction():
+            order_id, mail = place_order_monolith(conn, order)
+        print(json.dumps({"order_id": order_id, "dedupe_key": mail.dedupe_key}))
+        return 0
+    with psycopg.connect(ensure_orders_db(settings)) as conn, conn.transaction():
+        placed = place_order(conn, order, topic=settings.topic_order_events)
+    print(
+        json.dumps(
+            {
+                "order_id": placed.order_id,
+                "event_id": placed.event_id,
+                "dedupe_key": placed.dedupe_key,
+            }
+        )
+    )
+    return 0
+
+
+def cmd_orders_cancel(args: argparse.Namespace) -> int:
+    from sinks.order_store import cancel_order, cancel_order_monolith
+
+    settings = load_settings()
+    if args.monolith:
+        with psycopg.connect(settings.pg_dsn) as conn, conn.transaction():
+            results = cancel_order_monolith(conn, args.id)
+        if results is None:
+            raise UsageError(f"order {args.id} is not confirmed (already cancelled?)")
+        print(json.dumps({"order_id": args.id, "mails": {k: str(r) for k, r in results}}))
+        return 0
+    with psycopg.connect(settings.orders_pg_dsn) as conn, conn.transaction():
+        event_id = cancel_order(
+            conn, args.id, topic=settings.topic_order_events, reason=args.reason
+        )
+    if event_id is None:
+        raise UsageError(f"order {args.id} is not confirmed (already cancelled?)")
+    # Seed cancel trap 6: the order is cancelled; whether its mail was stopped in time is
+    # decided by the mail service and reported later (EmailCancelled / EmailCancelTooLate).
+    print(
+        json.dumps(
+            {
+                "order_id": args.id,
+                "event_id": event_id,
+                "mail": "outcome pending: see `flashsend orders show`",
+            }
+        )
+    )
+    return 0
+
+
+def cmd_orders_show(args: argparse.Namespace) -> int:
+    from sinks.order_store import order_with_emails
+
+    settings = load_settings()
+    with psycopg.connect(settings.orders_pg_dsn) as conn:
+        print(json.dumps(order_with_emails(conn, args.id), default=str, indent=2))
+    return 0
+
+
+# ---- mail ----------------------------------------------------------------------------------
+
+
+def cmd_mail_status(args: argparse.Namespace) -> int:
+    from sinks.mail_enqueue import mail_status
+
+    settings = load_settings()
+    with psycopg.connect(settings.pg_dsn) as conn:
+        row = mail_status(conn, args.dedupe_key)
+    if args.json:
+        print(json.dumps(row, default=str, indent=2))
+        return 0
+    print(format_status(row))
+    return 0
+
+
+def format_status(row: dict[str, Any]) -> str:
+    lines = [
+        f"{row['dedupe_key']}: {row['status']}"
+        + (" (tombstone: cancelled before it was created)" if row["tombstone"] else "")
+        + (" (cancel requested)" if row["cancel_requested"] and not row["tombstone"] else ""),
+        f"  to {row['to_email']}  template {row['template']}  delivery {row['delivery']}",
+        f"  attempts {row['attempts']}  send errors {row['send_errors']}  "
+        f"provider id {row['provider_id']}",
+        f"  created {row['created_at']}  send after {row['send_after']}  sent {row['sent_at']}",
+    ]
+    if row["last_error"]:
+        lines.append(f"  last error: {row['last_error']}")
+    if row["status"] == "unknown":
+        lines.append(
+            "  unknown: SES may or may not have sent it; check SES events for the "
+            "provider id / X-Flashsend-Dedupe-Key, then `flashsend mail resend` if not"
+        )
+    for rel in row["related"]:
+        lines.append(f"  related {rel['dedupe_key']}: {rel['status']}")
+    return "\n".join(lines)
+
+
+def cmd_mail_resend(args: argparse.Namespace) -> int:
+    from sinks.mail_enqueue import resend_mail
+
+    settings = load_settings()
+    with psycopg.connect(settings.pg_dsn) as conn, conn.transaction():
+        result = resend_mail(conn, args.dedupe_key)
+    print(json.dumps({"dedupe_key": result.dedupe_key, "created": result.created}))
+    return 0
+
+
+def cmd_mail_bench(args: argparse.Namespace) -> int:
+    from flashsend.mail_bench import BenchOptions, run_bench
+
+    settings = load_settings()
+    options = BenchOptions(
+        orders=args.orders,
+        order_rate=args.order_rate,
+        campaign_rate=args.campaign_rate,
+        users=args.users,
+        campaign_workers=args.campaign_workers,
+    )
+    result = run_bench(settings, options, log=(lambda _m: None) if args.json else print)
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+# ---- relay ---------------------------------------------------------------------------------
+
+
+def cmd_relay(args: argparse.Namespace) -> int:
+    import logging
+
+    from producers.mail_topics import ensure_mail_topics
+    from producers.outbox_relay import OutboxRelay
+    from streams.mail_app import relay_config
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    settings = load_settings()
+    ensure_mail_topics(settings)
+    if args.outbox == "orders":
+        relay = OutboxRelay(ensure_orders_db(settings), relay_config(settings, "outbox", "outbox"))
+    else:
+        relay = OutboxRelay(settings.pg_dsn, relay_config(settings, "mail_outbox", None))
+    if args.once:
+        if not relay.acquire():
+            print("another relay holds the lock")
+            return 1
+        print(json.dumps(relay.run_once().__dict__))
+        relay.close()
+        return 0
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        relay.run(stop)
+    except KeyboardInterrupt:
+        stop.set()
+    return 0

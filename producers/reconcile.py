@@ -1,0 +1,139 @@
+"""Reconcile a campaign: the repair loop that makes "Kafka carries work, Postgres is the truth"
+hold after any incident. Safe at any time, any number of times, concurrently:
+
+1. rows `sending` past the lease → `unknown` (never resent automatically);
+2. rows released without a send (`requeue`) → produced again (taking the flag is the claim);
+3. rows still `pending` although every doorbell has been consumed (stored offsets have reached
+   the end of every partition) → produced again: their message is gone;
+4. nothing pending or sending → the campaign is `done`.
+
+Run by `flashsend campaign reconcile ID` and on a timer by every worker while a campaign is
+sending. Duplicate doorbells are harmless: claims are conditional.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from flashsend.errors import FlashsendError
+from flashsend.settings import Settings
+from schemas.serde import AvroCodec, registry_client
+from sinks.queries import query
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    campaign_id: int
+    expired: int
+    requeued: int
+    orphans: int
+    done: bool
+    skipped_locked: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+class Reconciler:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._codec = AvroCodec(registry_client(settings.schema_registry_url),
+                                "campaign_recipient")
+        self._producer = Producer({"bootstrap.servers": settings.kafka_bootstrap,
+                                   "enable.idempotence": True, "linger.ms": 10,
+                                   "compression.type": "lz4"})
+
+    def log_end_offsets(self) -> dict[int, int]:
+        s = self.settings
+        consumer = Consumer({"bootstrap.servers": s.kafka_bootstrap,
+                             "group.id": f"{s.group_sender}-reconcile",
+                             "enable.auto.commit": False})
+        try:
+            md = consumer.list_topics(s.topic_recipients, timeout=10)
+            topic = md.topics.get(s.topic_recipients)
+            if topic is None or topic.error is not None:
+                return {}
+            return {p: consumer.get_watermark_offsets(TopicPartition(s.topic_recipients, p),
+                                                      timeout=10)[1]
+                    for p in topic.partitions}
+        finally:
+            consumer.close()
+
+    def consumed_everything(self, conn: psycopg.Connection[Any]) -> bool:
+        """True when the stored offsets have reached the log end of every partition."""
+        ends = self.log_end_offsets()
+        if not ends:
+            return False
+        stored = dict(conn.execute(query("stored_offsets"), {  # type: ignore[arg-type]
+            "group_id": self.settings.group_sender, "topic": self.settings.topic_recipients,
+        }).fetchall())
+        return all(end == 0 or stored.get(p, 0) >= end for p, end in ends.items())
+
+    def produce(self, campaign_id: int, rows: Sequence[tuple[int, int]]) -> None:
+        errors: list[str] = []
+        now_ms = int(time.time() * 1000)
+        for seq, user_id in rows:
+            value = self._codec.encode({"campaign_id": campaign_id, "seq": seq,
+                                        "user_id": user_id, "produced_at_ms": now_ms})
+            self._producer.produce(
+                self.settings.topic_recipients, value=value, key=str(user_id).encode(),
+                on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
+            self._producer.poll(0)
+        if self._producer.flush(60) or errors:
+            raise FlashsendError(f"re-produce failed: {errors[:3]}")
+
+    def reconcile(self, campaign_id: int, *, lease_s: float | None = None) -> ReconcileResult:
+        lease = self.settings.lease_s if lease_s is None else lease_s
+        with psycopg.connect(self.settings.pg_dsn, autocommit=True) as conn:
+            locked = conn.execute("SELECT pg_try_advisory_lock(%s, %s)",
+                                  (0x5EC0, campaign_id)).fetchone()
+            if not locked or not locked[0]:
+                return ReconcileResult(campaign_id, 0, 0, 0, False, skipped_locked=True)
+            try:
+                return self._reconcile(conn, campaign_id, lease)
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s, %s)", (0x5EC0, campaign_id))
+
+    def _reconcile(self, conn: psycopg.Connection[Any], campaign_id: int,
+                   lease: float) -> ReconcileResult:
+        params = {"campaign_id": campaign_id}
+        row = conn.execute("SELECT status, produced_at FROM campaigns WHERE id = %s",
+                           (campaign_id,)).fetchone()
+        if row is None:
+            raise FlashsendError(f"campaign {campaign_id} does not exist")
+        status, produced_at = row
+        expired = conn.execute(query("expire_leases"),  # type: ignore[arg-type]
+                               {**params, "lease_s": lease}).rowcount
+        requeued = orphans = 0
+        if status == "sending" and produced_at is not None:
+            rows = conn.execute(query("take_requeue"), params).fetchall()  # type: ignore[arg-type]
+            if rows:
+                try:
+                    self.produce(campaign_id, rows)
+                except FlashsendError:
+                    conn.execute(query("restore_requeue"),  # type: ignore[arg-type]
+                                 {**params, "seqs": [r[0] for r in rows]})
+                    raise
+                requeued = len(rows)
+            counts = conn.execute(query("pending_count"), params).fetchone()  # type: ignore[arg-type]
+            pending = int(counts[0]) if counts else 0
+            if pending and not requeued and self.consumed_everything(conn):
+                orphan_rows = conn.execute(
+                    "SELECT seq, user_id FROM campaign_recipients WHERE campaign_id = %s "
+                    "AND status = 'pending' ORDER BY seq", (campaign_id,)).fetchall()
+                self.produce(campaign_id, orphan_rows)
+                orphans = len(orphan_rows)
+        done = False
+        if status == "sending" and produced_at is not None:
+            counts = conn.execute(query("pending_count"), params).fetchone()  # type: ignore[arg-type]
+            if counts is not None and counts[0] == 0 and counts[1] == 0:
+                done = conn.execute(query("set_campaign_status"), {  # type: ignore[arg-type]
+                    "id": campaign_id, "status": "done", "reason": None,
+                    "from_statuses": ["sending"]}).rowcount > 0
+        return ReconcileResult(campaign_id, expired, requeued, orphans, done)

@@ -1,0 +1,260 @@
+"""MailStore: the mail service's view of its database, one method per named statement.
+
+Every transition that ends a mail's life writes its lifecycle events into `mail_outbox` in the
+same transaction (`_emit`), so the order service hears about it even if the worker dies right
+after. psycopg errors are translated into `StoreUnavailable` (retry later) here, so stream code
+never sees a driver exception.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from sinks.queries import query
+from sinks.recipient_store import PartitionSpan, StoreUnavailable
+from streams.mail_logic import (
+    CancelMail,
+    CancelResult,
+    Command,
+    CreateMail,
+    cancel_events,
+    cancel_result,
+    lifecycle_events,
+)
+
+__all__ = ["ClaimedMail", "IngestOutcome", "MailStore", "StoreUnavailable", "Transition"]
+
+
+@dataclass(frozen=True)
+class ClaimedMail:
+    id: int
+    dedupe_key: str
+    ref: str | None
+    event_id: str | None
+    token: int  # attempts after the claim: the fencing token
+    send_errors: int
+    to_email: str
+    template: str
+    data: dict[str, Any]
+    delivery: str
+    created_at: datetime
+    occurred_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A row as a transition statement returned it (RETURNING of the mark_* statements)."""
+
+    id: int
+    dedupe_key: str
+    ref: str | None
+    status: str
+    cancel_requested: bool
+    attempts: int
+    provider_id: str | None
+
+
+@dataclass(frozen=True)
+class IngestOutcome:
+    created: int
+    duplicates: int
+    cancels: list[tuple[str, CancelResult]]
+    fenced_partitions: list[int]
+
+
+def lifecycle_params(
+    topic: str, rows: Sequence[tuple[Transition, str, str | None]]
+) -> dict[str, Any] | None:
+    """Parameters of insert_lifecycle_events for (row, event_type, reason) triples."""
+    if not rows:
+        return None
+    return {
+        "topic": topic,
+        "msg_keys": [r.ref or r.dedupe_key for r, _, _ in rows],
+        "event_types": [t for _, t, _ in rows],
+        "dedupe_keys": [r.dedupe_key for r, _, _ in rows],
+        "payloads": [
+            json.dumps(
+                {
+                    "ref": r.ref,
+                    "mail_status": r.status,
+                    "message_id": r.provider_id,
+                    "reason": reason,
+                    "attempts": r.attempts,
+                }
+            )
+            for r, _, reason in rows
+        ],
+    }
+
+
+def transition_events(
+    rows: Sequence[Transition], reason: str | None
+) -> list[tuple[Transition, str, str | None]]:
+    return [(r, t, reason) for r in rows for t in lifecycle_events(r.status, r.cancel_requested)]
+
+
+def create_params(cmd: CreateMail) -> dict[str, Any]:
+    return {
+        "event_id": cmd.event_id,
+        "dedupe_key": cmd.dedupe_key,
+        "ref": cmd.ref,
+        "to_email": cmd.to_email,
+        "template": cmd.template,
+        "data": Jsonb(cmd.data),
+        "delivery": str(cmd.delivery),
+        "send_after": cmd.send_after,
+        "occurred_at": cmd.occurred_at,
+    }
+
+
+def cancel_params(cmd: CancelMail) -> dict[str, Any]:
+    return {"keys": cmd.keys, "ref": cmd.ref, "cancel_event_id": cmd.event_id}
+
+
+def cancel_outcome(
+    returned: Sequence[tuple[Any, ...]],
+) -> tuple[list[tuple[str, CancelResult]], list[tuple[Transition, str, str | None]]]:
+    """Classify the RETURNING rows of cancel_mail and list the events to publish."""
+    results: list[tuple[str, CancelResult]] = []
+    events: list[tuple[Transition, str, str | None]] = []
+    for mail_id, key, ref, status, old_status, tombstone, attempts, provider_id in returned:
+        result = cancel_result(old_status, bool(tombstone))
+        results.append((key, result))
+        row = Transition(mail_id, key, ref, status, True, attempts, provider_id)
+        events += [(row, t, f"cancel:{result}") for t in cancel_events(result)]
+    return results, events
+
+
+class MailStore:
+    def __init__(
+        self, pool: AsyncConnectionPool, *, group_id: str, topic: str, lifecycle_topic: str
+    ) -> None:
+        self._pool = pool
+        self.group_id = group_id
+        self.topic = topic
+        self.lifecycle_topic = lifecycle_topic
+
+    async def ensure_and_load_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
+        params = {"group_id": self.group_id, "topic": self.topic, "partitions": list(partitions)}
+        try:
+            async with self._pool.connection() as conn:
+                await conn.execute(query("ensure_offsets"), params)
+                cur = await conn.execute(query("load_offsets"), params)
+                return {int(p): int(o) for p, o in await cur.fetchall()}
+        except psycopg.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def ingest(
+        self, spans: Sequence[PartitionSpan], commands: dict[int, list[Command]]
+    ) -> IngestOutcome:
+        """Advance the fenced offsets and apply the commands of the advanced partitions, in
+        offset order, in ONE transaction: the rows and the offsets commit together or not at
+        all, so a crash anywhere replays the batch and the ON CONFLICTs absorb it."""
+        created = duplicates = 0
+        cancels: list[tuple[str, CancelResult]] = []
+        events: list[tuple[Transition, str, str | None]] = []
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                cur = await conn.execute(
+                    query("advance_offsets"),
+                    {
+                        "group_id": self.group_id,
+                        "topic": self.topic,
+                        "partitions": [s.partition for s in spans],
+                        "first_offsets": [s.first_offset for s in spans],
+                        "last_offsets": [s.last_offset for s in spans],
+                    },
+                )
+                advanced = {int(r[0]) for r in await cur.fetchall()}
+                fenced = [s.partition for s in spans if s.partition not in advanced]
+                for partition in sorted(advanced):
+                    for cmd in commands.get(partition, []):
+                        if isinstance(cmd, CreateMail):
+                            cur = await conn.execute(query("insert_mail"), create_params(cmd))
+                            if await cur.fetchone():
+                                created += 1
+                            else:
+                                duplicates += 1
+                        else:
+                            cur = await conn.execute(query("cancel_mail"), cancel_params(cmd))
+                            results, evs = cancel_outcome(await cur.fetchall())
+                            cancels += results
+                            events += evs
+                await self._emit(conn, events)
+        except psycopg.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc
+        return IngestOutcome(created, duplicates, cancels, fenced)
+
+    async def claim(self, limit: int, lease_s: float) -> list[ClaimedMail]:
+        try:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    query("claim_due_mail"), {"limit": limit, "lease_s": lease_s}
+                )
+                return [ClaimedMail(*row) for row in await cur.fetchall()]
+        except psycopg.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def transition(
+        self, statement: str, params: dict[str, Any], reason: str | None
+    ) -> Transition | None:
+        """Run one mark_* statement (fenced by the token) and emit its lifecycle events in the
+        same transaction. None: the token no longer matches (someone else owns the row)."""
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                cur = await conn.execute(query(statement), params)
+                row = await cur.fetchone()
+                if row is None:
+                    return None
+                done = Transition(*row)
+                await self._emit(conn, transition_events([done], reason))
+                return done
+        except psycopg.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def expire_leases(self) -> list[Transition]:
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                cur = await conn.execute(query("expire_mail_leases"))
+                rows = [Transition(*r) for r in await cur.fetchall()]
+                await self._emit(conn, transition_events(rows, "lease_expired"))
+                return rows
+        except psycopg.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def next_due(self) -> datetime | None:
+        try:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(query("next_mail_due"))
+                row = await cur.fetchone()
+                return row[0] if row else None
+        except psycopg.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def purge(self, horizon: datetime, limit: int = 1000) -> int:
+        try:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(query("purge_mail"), {"horizon": horizon, "limit": limit})
+                purged = cur.rowcount
+                await conn.execute(query("purge_mail_outbox"), {"horizon": horizon, "limit": limit})
+                return purged
+        except psycopg.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def _emit(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        events: Sequence[tuple[Transition, str, str | None]],
+    ) -> None:
+        params = lifecycle_params(self.lifecycle_topic, events)
+        if params is not None:
+            await conn.execute(query("insert_lifecycle_events"), params)

@@ -1,0 +1,176 @@
+"""The mail service's consumer side: order events → mail rows, offsets in the same transaction.
+
+`handle(batch)` runs in the Faust agent, serially: decode and parse every record (pure), send
+poison to the DLQ at once (unparseable, unknown type or version: retrying would block the
+partition forever, seed architecture-2 trap 5), drop stale events (older than
+`max_age_s`: the replay trap), then ONE transaction that advances the fenced offsets and
+inserts/cancels (MailStore.ingest). A database outage is transient: retried here with backoff
+and jitter until it comes back, never acknowledged past (trap 1: the offset only moves with
+the rows).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
+from schemas.serde import AvroCodec, SerdeError
+from sinks.mail_store import IngestOutcome, MailStore
+from sinks.recipient_store import PartitionSpan, StoreUnavailable
+from streams.backoff import backoff_delay
+from streams.mail_logic import CancelMail, Command, CreateMail, Ignore, Poison, parse_order_event
+from streams.sender import Record
+
+log = logging.getLogger("flashsend.mail.ingest")
+
+T = TypeVar("T")
+
+
+@dataclass
+class IngestStats:
+    created: int = 0
+    duplicates: int = 0
+    cancels: int = 0
+    stale: int = 0
+    dead: int = 0
+    fenced: int = 0
+    retries: int = 0
+    by_result: dict[str, int] = field(default_factory=dict)
+
+
+class MailIngest:
+    def __init__(
+        self,
+        *,
+        store: MailStore,
+        codec: AvroCodec,
+        dlq: DeadLetterProducer,
+        max_age_s: float,
+        at_most_once_templates: Sequence[str],
+        on_created: Callable[[], None] | None = None,
+        retry_cap_s: float = 5.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.codec = codec
+        self.dlq = dlq
+        self.max_age_s = max_age_s
+        self.at_most_once = tuple(at_most_once_templates)
+        self.on_created = on_created
+        self.retry_cap_s = retry_cap_s
+        self.rng = rng or random.Random()
+        self.stats = IngestStats()
+
+    def parse(self, rec: Record, now_ms: int) -> Command | Ignore | DeadLetter:
+        try:
+            event = self.codec.decode(rec.value)
+        except SerdeError as exc:
+            return DeadLetter(
+                rec.topic, rec.partition, rec.offset, rec.key, rec.value, exc.reason, str(exc)
+            )
+        parsed = parse_order_event(
+            event,
+            now_ms=now_ms,
+            max_age_s=self.max_age_s,
+            at_most_once_templates=self.at_most_once,
+        )
+        if isinstance(parsed, Poison):
+            return DeadLetter(
+                rec.topic,
+                rec.partition,
+                rec.offset,
+                rec.key,
+                rec.value,
+                parsed.reason,
+                parsed.detail,
+            )
+        return parsed
+
+    async def handle(self, records: Sequence[Record]) -> IngestOutcome | None:
+        """Process one consumed batch; returns only once its effects are committed."""
+        if not records:
+            return None
+        now_ms = int(time.time() * 1000)
+        spans: dict[int, PartitionSpan] = {}
+        commands: dict[int, list[Command]] = {}
+        dead: list[DeadLetter] = []
+        for rec in records:
+            span = spans.get(rec.partition)
+            spans[rec.partition] = PartitionSpan(
+                rec.partition,
+                rec.offset if span is None else min(span.first_offset, rec.offset),
+                rec.offset if span is None else max(span.last_offset, rec.offset),
+            )
+            parsed = self.parse(rec, now_ms)
+            if isinstance(parsed, DeadLetter):
+                log.warning(
+                    "poison record to DLQ: partition=%s offset=%s reason=%s %s",
+                    rec.partition,
+                    rec.offset,
+                    parsed.reason,
+                    parsed.detail,
+                )
+                dead.append(parsed)
+            elif isinstance(parsed, Ignore):
+                self.stats.stale += 1
+                log.info(
+                    "ignored order event: partition=%s offset=%s %s",
+                    rec.partition,
+                    rec.offset,
+                    parsed.reason,
+                )
+            else:
+                commands.setdefault(rec.partition, []).append(parsed)
+        if dead:
+            await self._retry(self.dlq.publish, dead)
+            self.stats.dead += len(dead)
+        outcome: IngestOutcome = await self._retry(
+            self.store.ingest, list(spans.values()), commands
+        )
+        self._account(outcome, commands)
+        if outcome.created and self.on_created is not None:
+            self.on_created()
+        return outcome
+
+    def _account(self, outcome: IngestOutcome, commands: dict[int, list[Command]]) -> None:
+        s = self.stats
+        s.created += outcome.created
+        s.duplicates += outcome.duplicates
+        s.cancels += sum(1 for cs in commands.values() for c in cs if isinstance(c, CancelMail))
+        for _key, result in outcome.cancels:
+            s.by_result[str(result)] = s.by_result.get(str(result), 0) + 1
+        if outcome.fenced_partitions:
+            s.fenced += len(outcome.fenced_partitions)
+            log.warning(
+                "fenced partitions %s: already processed past this batch", outcome.fenced_partitions
+            )
+        for cs in commands.values():
+            for c in cs:
+                if isinstance(c, CreateMail):
+                    log.debug("mail event_id=%s dedupe_key=%s", c.event_id, c.dedupe_key)
+
+    async def _retry(self, fn: Callable[..., Any], *args: Any) -> Any:
+        attempt = 0
+        while True:
+            try:
+                return await fn(*args)
+            except (StoreUnavailable, DeadLetterFailed) as exc:
+                attempt += 1
+                self.stats.retries += 1
+                delay = backoff_delay(
+                    min(attempt, 10), base=0.1, cap=self.retry_cap_s, rng=self.rng
+                )
+                log.warning(
+                    "%s failed (attempt %d), retrying in %.2fs: %s",
+                    getattr(fn, "__name__", fn),
+                    attempt,
+                    delay,
+                    exc,
+                )
+                await asyncio.sleep(delay)
