@@ -54,7 +54,7 @@ def apply_migrations(dsn: str, directory: Path = MIGRATIONS_DIR) -> list[Migrati
                 if migration.version in done:
                     continue
                 with conn.transaction():
-                    conn.execute(migration.path.read_text())  # type: ignore[arg-type]
+                    conn.execute(migration.path.read_text())
                     conn.execute(
                         "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
                         (migration.version, migration.name),

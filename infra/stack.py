@@ -114,9 +114,8 @@ class Stack:
                 timings[name] = round(time.monotonic() - began, 2) if waited else 0.0
                 if waited:
                     started.append(stop)
-                log(
-                    f"  {name:<9} {'started in ' + str(timings[name]) + 's' if waited else 'running'}"
-                )
+                state = f"started in {timings[name]}s" if waited else "running"
+                log(f"  {name:<9} {state}")
             if migrate:
                 applied = apply_migrations(self.settings.pg_dsn)
                 log(f"  migrations {len(applied)} applied")

@@ -78,11 +78,11 @@ def preflight(settings: Settings, template: str, rate: float) -> float:
 
 def snapshot(conn: psycopg.Connection, campaign_id: int, audience: str) -> int:
     """Snapshot the audience into campaign_recipients in one transaction; returns row count."""
-    stmt = sql.SQL(query("snapshot_recipients")).format(audience=sql.SQL(audience))  # type: ignore[arg-type]
+    stmt = sql.SQL(query("snapshot_recipients")).format(audience=sql.SQL(audience))
     with conn.transaction():
         cur = conn.execute(stmt, {"campaign_id": campaign_id})
         count = cur.rowcount
-        conn.execute(query("finish_snapshot"), {"id": campaign_id, "recipients": count})  # type: ignore[arg-type]
+        conn.execute(query("finish_snapshot"), {"id": campaign_id, "recipients": count})
     return count
 
 
@@ -130,7 +130,7 @@ def produce_pending(
     while True:
         # Keyset pages over the primary key: no long-running transaction, no server cursor.
         rows = conn.execute(
-            query("pending_for_produce"),  # type: ignore[arg-type]
+            query("pending_for_produce"),
             {"campaign_id": campaign_id, "after_seq": after_seq, "limit": PAGE},
         ).fetchall()
         if not rows:
@@ -169,7 +169,7 @@ def produce_pending(
             f"(first: {failures[:1]}); run `flashsend campaign start {campaign_id}` again — "
             "re-producing is safe"
         )
-    conn.execute(query("mark_produced"), {"id": campaign_id})  # type: ignore[arg-type]
+    conn.execute(query("mark_produced"), {"id": campaign_id})
     return produced
 
 
@@ -181,7 +181,7 @@ def start_campaign(
     skip_preflight: bool = False,
 ) -> StartResult:
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
-        row = conn.execute(query("get_campaign"), {"id": campaign_id}).fetchone()  # type: ignore[arg-type]
+        row = conn.execute(query("get_campaign"), {"id": campaign_id}).fetchone()
         if row is None:
             raise NotFound(f"campaign {campaign_id} does not exist")
         template, rate, audience, status, produced_at = row[2], row[5], row[6], row[7], row[13]
@@ -194,7 +194,7 @@ def start_campaign(
                         (effective, campaign_id),
                     )
             t0 = time.monotonic()
-            if conn.execute(query("begin_snapshot"), {"id": campaign_id}).fetchone() is None:  # type: ignore[arg-type]
+            if conn.execute(query("begin_snapshot"), {"id": campaign_id}).fetchone() is None:
                 raise UsageError(f"campaign {campaign_id} was started concurrently")
             recipients = snapshot(conn, campaign_id, audience)
             snapshot_s = time.monotonic() - t0

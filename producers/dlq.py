@@ -27,7 +27,7 @@ class DeadLetter:
     reason: str
     detail: str = ""
 
-    def headers(self) -> list[tuple[str, bytes]]:
+    def headers(self) -> list[tuple[str, str | bytes | None]]:
         return [
             ("flashsend.reason", self.reason.encode()),
             ("flashsend.detail", self.detail[:1000].encode()),

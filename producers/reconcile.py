@@ -70,7 +70,7 @@ class Reconciler:
         ends = self.log_end_offsets()
         if not ends:
             return False
-        stored = dict(conn.execute(query("stored_offsets"), {  # type: ignore[arg-type]
+        stored = dict(conn.execute(query("stored_offsets"), {
             "group_id": self.settings.group_sender, "topic": self.settings.topic_recipients,
         }).fetchall())
         return all(end == 0 or stored.get(p, 0) >= end for p, end in ends.items())
@@ -108,20 +108,20 @@ class Reconciler:
         if row is None:
             raise FlashsendError(f"campaign {campaign_id} does not exist")
         status, produced_at = row
-        expired = conn.execute(query("expire_leases"),  # type: ignore[arg-type]
+        expired = conn.execute(query("expire_leases"),
                                {**params, "lease_s": lease}).rowcount
         requeued = orphans = 0
         if status == "sending" and produced_at is not None:
-            rows = conn.execute(query("take_requeue"), params).fetchall()  # type: ignore[arg-type]
+            rows = conn.execute(query("take_requeue"), params).fetchall()
             if rows:
                 try:
                     self.produce(campaign_id, rows)
                 except FlashsendError:
-                    conn.execute(query("restore_requeue"),  # type: ignore[arg-type]
+                    conn.execute(query("restore_requeue"),
                                  {**params, "seqs": [r[0] for r in rows]})
                     raise
                 requeued = len(rows)
-            counts = conn.execute(query("pending_count"), params).fetchone()  # type: ignore[arg-type]
+            counts = conn.execute(query("pending_count"), params).fetchone()
             pending = int(counts[0]) if counts else 0
             if pending and not requeued and self.consumed_everything(conn):
                 orphan_rows = conn.execute(
@@ -131,9 +131,9 @@ class Reconciler:
                 orphans = len(orphan_rows)
         done = False
         if status == "sending" and produced_at is not None:
-            counts = conn.execute(query("pending_count"), params).fetchone()  # type: ignore[arg-type]
+            counts = conn.execute(query("pending_count"), params).fetchone()
             if counts is not None and counts[0] == 0 and counts[1] == 0:
-                done = conn.execute(query("set_campaign_status"), {  # type: ignore[arg-type]
+                done = conn.execute(query("set_campaign_status"), {
                     "id": campaign_id, "status": "done", "reason": None,
                     "from_statuses": ["sending"]}).rowcount > 0
         return ReconcileResult(campaign_id, expired, requeued, orphans, done)

@@ -4,7 +4,7 @@ fails loudly instead of silently creating a one-partition topic."""
 from __future__ import annotations
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from flashsend.errors import FlashsendError
 

@@ -73,7 +73,7 @@ class CampaignStore:
     ) -> int:
         row = self.conn.execute(
             query("create_campaign"),
-            {  # type: ignore[arg-type]
+            {
                 "name": name,
                 "template": template,
                 "from_address": from_address,
@@ -87,7 +87,7 @@ class CampaignStore:
 
     def progress(self, campaign_id: int) -> Progress:
         cur = self.conn.cursor(row_factory=dict_row)
-        cur.execute(query("campaign_progress"), {"id": campaign_id})  # type: ignore[arg-type]
+        cur.execute(query("campaign_progress"), {"id": campaign_id})
         row = cur.fetchone()
         if row is None:
             raise NotFound(f"campaign {campaign_id} does not exist")
@@ -105,7 +105,7 @@ class CampaignStore:
         with self.conn.transaction():
             row = self.conn.execute(
                 query("set_campaign_status"),
-                {  # type: ignore[arg-type]
+                {
                     "id": campaign_id,
                     "status": status,
                     "reason": reason,
@@ -116,4 +116,4 @@ class CampaignStore:
                 current = self.status(campaign_id)
                 raise UsageError(f"campaign {campaign_id} is {current}; cannot make it {status}")
             if status == "cancelled":
-                self.conn.execute(query("cancel_pending"), {"id": campaign_id})  # type: ignore[arg-type]
+                self.conn.execute(query("cancel_pending"), {"id": campaign_id})

@@ -51,8 +51,8 @@ def seed_users(dsn: str, count: int, *, seed: float = 0.42) -> SeedResult:
         row = conn.execute("SELECT coalesce(max(id), 0) FROM users").fetchone()
         first = int(row[0]) + 1 if row else 1
         last = first + count - 1
-        added = conn.execute(SEED_USERS, {"first": first, "last": last}).rowcount  # type: ignore[arg-type]
-        suppressed = conn.execute(SEED_SUPPRESSIONS, {"first": first, "last": last}).rowcount  # type: ignore[arg-type]
+        added = conn.execute(SEED_USERS, {"first": first, "last": last}).rowcount
+        suppressed = conn.execute(SEED_SUPPRESSIONS, {"first": first, "last": last}).rowcount
         conn.commit()
         total_row = conn.execute("SELECT count(*) FROM users").fetchone()
         conn.execute("ANALYZE users")

@@ -79,7 +79,7 @@ class Runtime:
             await self.pool.close()
 
 
-class FlashsendApp(faust.App):  # type: ignore[misc]
+class FlashsendApp(faust.App):
     runtime: Runtime
     offset_source: Any
     managed_topics: set[str]
@@ -118,7 +118,7 @@ def create_app(settings: Settings) -> FlashsendApp:
     )
 
     @app.agent(recipients, name="campaign-sender")
-    async def campaign_sender(stream: faust.StreamT[bytes]) -> AsyncIterator[None]:
+    async def campaign_sender(stream: Any) -> AsyncIterator[None]:
         sender = await runtime.ensure_started()
         async for events in stream.take_events(TAKE_MAX, within=TAKE_WITHIN_S):
             try:
@@ -133,7 +133,7 @@ def create_app(settings: Settings) -> FlashsendApp:
 
     reconciler: list[Reconciler] = []
 
-    @app.timer(interval=settings.reconcile_interval_s)  # type: ignore[misc]
+    @app.timer(interval=settings.reconcile_interval_s)  # type: ignore[untyped-decorator]
     async def _reconcile() -> None:
         """Repair loop on every worker (an advisory lock lets one run per campaign at a time):
         expired leases → unknown, released rows and lost doorbells → produced again."""
@@ -154,13 +154,13 @@ def create_app(settings: Settings) -> FlashsendApp:
 
     # The eager rebalance protocol revokes every partition before each assignment; acting on
     # the new assignment instead keeps the lanes of partitions we keep running undisturbed.
-    @app.on_partitions_assigned.connect  # type: ignore[misc]
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def _assigned(app: faust.App, assigned: set[Any], **kwargs: Any) -> None:
         if runtime.sender is not None:
             await runtime.sender.reassign(
                 {tp.partition for tp in assigned if tp.topic == settings.topic_recipients})
 
-    @app.on_before_shutdown.connect  # type: ignore[misc]
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]
     async def _stop_runtime(app: faust.App, **kwargs: Any) -> None:
         await runtime.stop()
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from faust.transport.drivers import TRANSPORTS
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaFaustConsumer
@@ -29,7 +29,7 @@ SCHEME = "pgkafka"
 OffsetSource = Callable[[str, list[int]], Awaitable[Mapping[int, int]]]
 
 
-class PgOffsetsConsumer(AIOKafkaFaustConsumer):  # type: ignore[misc]
+class PgOffsetsConsumer(AIOKafkaFaustConsumer):
     async def seek_to_committed(self) -> Mapping[TP, int]:
         committed: dict[TP, int] = dict(await super().seek_to_committed())
         source: OffsetSource | None = getattr(self.app, "offset_source", None)
@@ -55,8 +55,8 @@ class PgOffsetsConsumer(AIOKafkaFaustConsumer):  # type: ignore[misc]
         return committed
 
 
-class PgOffsetsTransport(AIOKafkaTransport):  # type: ignore[misc]
-    Consumer: Any = PgOffsetsConsumer
+class PgOffsetsTransport(AIOKafkaTransport):
+    Consumer: ClassVar[Any] = PgOffsetsConsumer
 
 
 def register() -> str:

@@ -388,8 +388,8 @@ class CampaignSender:
             if partition not in owned and not lane.revoked:
                 await lane.revoke()
         for partition in owned:
-            lane = self.lanes.get(partition)
-            if lane is None or lane.revoked:
+            existing = self.lanes.get(partition)
+            if existing is None or existing.revoked:
                 self._lane(partition).assign()
 
     def _lane(self, partition: int) -> Lane:

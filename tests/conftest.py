@@ -93,7 +93,8 @@ def settings(stack: LocalStack) -> Settings:
     # Campaign ids are SES tags, and the stand-in is shared by every test of the session:
     # start each test database's ids at a random offset so its statistics never mix.
     with psycopg.connect(stack.settings.pg_dsn_for(database), autocommit=True) as conn:
-        conn.execute(f"ALTER SEQUENCE campaigns_id_seq RESTART WITH {random.randrange(10**6, 10**9)}")
+        start = random.randrange(10**6, 10**9)
+        conn.execute(f"ALTER SEQUENCE campaigns_id_seq RESTART WITH {start}")
     return stack.settings_for(
         pg_database=database,
         pg_dsn=stack.settings.pg_dsn_for(database),
