@@ -71,6 +71,8 @@ class Settings(BaseSettings):
     ses_timeout_s: float = 10.0
     lease_s: float = 120.0  # > the longest possible call with its retries
     reconcile_interval_s: float = 5.0
+    group_session_timeout_s: float = 10.0
+    group_rebalance_timeout_s: float = 20.0
 
     # Transactional mail (issue 6) — docs/transactional.md explains each knob.
     orders_database: str = "flashsend_orders"  # the demo order service's own database

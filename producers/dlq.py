@@ -7,6 +7,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 
@@ -75,3 +76,53 @@ class DeadLetterProducer:
     async def publish(self, letters: Sequence[DeadLetter]) -> None:
         if letters:
             await asyncio.to_thread(self.publish_blocking, letters)
+
+
+def read_dead_letters(
+    bootstrap: str, topic: str, *, limit: int = 50, timeout: float = 5.0
+) -> list[dict[str, Any]]:
+    """Read the dead-letter topic from the beginning without committing anything."""
+    import uuid
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"dlq-reader-{uuid.uuid4()}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    out: list[dict[str, Any]] = []
+    try:
+        md = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        if md is None or md.error is not None:
+            return []
+        consumer.assign([TopicPartition(topic, p, 0) for p in md.partitions])
+        idle_deadline = time.monotonic() + timeout
+        while len(out) < limit and time.monotonic() < idle_deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            idle_deadline = time.monotonic() + 1.0
+            raw_headers: list[tuple[str, Any]] = list(msg.headers() or [])  # type: ignore[arg-type]
+            headers = {
+                str(k): (v.decode(errors="replace") if isinstance(v, bytes) else str(v or ""))
+                for k, v in raw_headers
+            }
+            out.append(
+                {
+                    "dlq_offset": msg.offset(),
+                    "reason": headers.get("flashsend.reason", "?"),
+                    "detail": headers.get("flashsend.detail", ""),
+                    "topic": headers.get("flashsend.topic", ""),
+                    "partition": int(headers.get("flashsend.partition", "-1")),
+                    "offset": int(headers.get("flashsend.offset", "-1")),
+                    "failed_at_ms": int(headers.get("flashsend.failed_at_ms", "0")),
+                    "value_hex": (msg.value() or b"")[:64].hex(),
+                }
+            )
+    finally:
+        consumer.close()
+    return out

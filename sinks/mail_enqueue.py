@@ -113,12 +113,22 @@ def resend_mail(conn: psycopg.Connection[Any], dedupe_key: str) -> Enqueued:
     """A safe resend: a new row under '<key>:resend:<n>', never the old row rerun.
 
     Refused while the original is still pending/sending (it may yet go) and for tombstones
-    (nothing to resend). Two resends at once create one row (same n, ON CONFLICT)."""
+    (nothing to resend). Run it in a transaction: resends of one key are serialised there, so a
+    second click while the first resend is still on its way creates nothing."""
+    conn.execute(query("lock_resends"), {"dedupe_key": dedupe_key})
     status = mail_status(conn, dedupe_key)
     if status["status"] in ("pending", "sending"):
         raise UsageError(f"{dedupe_key} is still {status['status']}: wait for its outcome")
     if status["to_email"] is None:
         raise UsageError(f"{dedupe_key} is a tombstone (cancelled before it was created)")
+    in_flight = [
+        r["dedupe_key"]
+        for r in status["related"]
+        if r["dedupe_key"].startswith(f"{dedupe_key}:resend:")
+        and r["status"] in ("pending", "sending")
+    ]
+    if in_flight:  # a double click: the first resend is still on its way
+        return Enqueued(None, in_flight[-1])
     prefix = _resend_pattern(dedupe_key)
     count_row = conn.execute(query("count_resends"), {"prefix": prefix}).fetchone()
     new_key = f"{dedupe_key}:resend:{int(count_row[0] if count_row else 0) + 1}"

@@ -26,7 +26,6 @@ from sinks.queries import query
 from streams.mail_logic import (
     DEFAULT_TEMPLATES,
     CancelResult,
-    cancel_targets,
     confirmation_key,
     ms_to_datetime,
 )
@@ -90,6 +89,16 @@ def cancel_order(
     return str(row[1]) if row else None
 
 
+# The monolith demo keeps its orders in flashsend's database, beside the mail rows of the
+# service-mode order service: its keys and refs get their own namespace so order 1 of one
+# never collides with order 1 of the other.
+MONOLITH_PREFIX = "shop"
+
+
+def monolith_key(order_id: int) -> str:
+    return f"{MONOLITH_PREFIX}:{confirmation_key(order_id)}"
+
+
 def place_order_monolith(conn: psycopg.Connection[Any], order: NewOrder) -> tuple[int, Enqueued]:
     """Monolith: order + mail row in the caller's transaction (wrap in conn.transaction())."""
     row = conn.execute(query("insert_order"), _order_params(order)).fetchone()
@@ -107,12 +116,12 @@ def place_order_monolith(conn: psycopg.Connection[Any], order: NewOrder) -> tupl
     template = order.template or DEFAULT_TEMPLATES["OrderConfirmed"]
     mail = enqueue_mail(
         conn,
-        confirmation_key(order_id),
+        monolith_key(order_id),
         order.email,
         template,
         data,
         send_after,
-        ref=str(order_id),
+        ref=f"{MONOLITH_PREFIX}:{order_id}",
     )
     return order_id, mail
 
@@ -123,7 +132,7 @@ def cancel_order_monolith(
     """Monolith: cancel the order and its mails in the SAME transaction (cancel trap 2)."""
     if conn.execute(query("cancel_order_only"), {"id": order_id}).fetchone() is None:
         return None
-    return cancel_mail(conn, cancel_targets(order_id), ref=str(order_id))
+    return cancel_mail(conn, [monolith_key(order_id)], ref=f"{MONOLITH_PREFIX}:{order_id}")
 
 
 @dataclass(frozen=True)

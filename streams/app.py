@@ -99,6 +99,11 @@ def create_app(settings: Settings) -> FlashsendApp:
         consumer_auto_offset_reset="earliest",
         web_enabled=False,
         broker_commit_every=1000,
+        # A killed worker must lose its partitions in seconds, not Faust's default minute:
+        # while a dead member is still in the group, every rebalance waits for it.
+        broker_session_timeout=settings.group_session_timeout_s,
+        broker_heartbeat_interval=max(0.5, settings.group_session_timeout_s / 10),
+        broker_rebalance_timeout=settings.group_rebalance_timeout_s,
         broker_commit_interval=5.0,
         stream_buffer_maxsize=4096,
         producer_linger_ms=5,

@@ -17,7 +17,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol
 
 from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
 from schemas.serde import AvroCodec, SerdeError
@@ -25,11 +25,23 @@ from sinks.mail_store import IngestOutcome, MailStore
 from sinks.recipient_store import PartitionSpan, StoreUnavailable
 from streams.backoff import backoff_delay
 from streams.mail_logic import CancelMail, Command, CreateMail, Ignore, Poison, parse_order_event
-from streams.sender import Record
 
 log = logging.getLogger("flashsend.mail.ingest")
 
-T = TypeVar("T")
+
+class Record(Protocol):
+    """What the ingest needs from a consumed Kafka record (a Faust message fits)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
 
 
 @dataclass

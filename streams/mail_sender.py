@@ -116,7 +116,18 @@ class MailSender:
     # ---- the claim loop -------------------------------------------------------------------
 
     async def run(self) -> None:
+        """The claim loop; never dies quietly (a stopped sender would strand every mail)."""
         while not self._stopping:
+            try:
+                await self._claim_round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("mail sender loop error; continuing")
+                await asyncio.sleep(self.config.poll_s)
+
+    async def _claim_round(self) -> None:
+        if not self._stopping:
             free = self.config.concurrency - len(self._inflight)
             claimed: list[ClaimedMail] = []
             if free > 0:
@@ -129,8 +140,7 @@ class MailSender:
                     task.add_done_callback(self._call_done)
             if claimed and len(claimed) == free:
                 await self._wait(self.config.poll_s)  # a slot frees -> wake
-                continue
-            if not claimed:
+            elif not claimed:
                 await self._wait(await self._idle_wait())
 
     def _call_done(self, task: asyncio.Task[None]) -> None:
@@ -259,7 +269,7 @@ class MailSender:
             await asyncio.sleep(self.config.poll_s)
             try:
                 expired = await self.store.expire_leases()
-            except StoreUnavailable as exc:
+            except Exception as exc:  # StoreUnavailable, or anything: the sweep must go on
                 log.warning("sweep failed: %s", exc)
                 continue
             if expired:

@@ -320,7 +320,9 @@ class CampaignSender:
         by_partition: dict[int, list[Record]] = {}
         for rec in records:
             by_partition.setdefault(rec.partition, []).append(rec)
-        size = self.config.lane_capacity
+        # Half a lane per round: the lane still has half a lane of work queued while the next
+        # round is claimed, so it never runs dry waiting for the agent.
+        size = max(1, self.config.lane_capacity // 2)
         chunks = {p: [sorted(rs, key=lambda r: r.offset)[i:i + size]
                       for i in range(0, len(rs), size)] for p, rs in by_partition.items()}
         for round_no in range(max(len(c) for c in chunks.values())):

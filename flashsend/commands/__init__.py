@@ -9,6 +9,13 @@ Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 
 
 def registry() -> list[Register]:
-    from flashsend.commands import campaign, demo, mail, stack, worker
+    from flashsend.commands import campaign, control, demo, mail, stack, worker
 
-    return [stack.register, campaign.register, worker.register, demo.register, mail.register]
+    return [
+        stack.register,
+        campaign.register,
+        control.register,
+        worker.register,
+        demo.register,
+        mail.register,
+    ]

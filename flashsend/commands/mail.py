@@ -142,7 +142,11 @@ def cmd_orders_place(args: argparse.Namespace) -> int:
     if args.monolith:
         with psycopg.connect(settings.pg_dsn) as conn, conn.transaction():
             order_id, mail = place_order_monolith(conn, order)
-        print(json.dumps({"order_id": order_id, "dedupe_key": mail.dedupe_key}))
+        print(
+            json.dumps(
+                {"order_id": order_id, "dedupe_key": mail.dedupe_key, "mail_created": mail.created}
+            )
+        )
         return 0
     with psycopg.connect(ensure_orders_db(settings)) as conn, conn.transaction():
         placed = place_order(conn, order, topic=settings.topic_order_events)

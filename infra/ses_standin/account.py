@@ -65,6 +65,8 @@ class SesAccount:
     ) -> None:
         self.config = config
         self.dice = FaultDice(seed)
+        self.hung_calls = 0
+        self.hung_recipients = 0
         self.clock = clock
         state_dir.mkdir(parents=True, exist_ok=True)
         self.journal = Journal(state_dir / "messages.jsonl")
@@ -170,6 +172,11 @@ class SesAccount:
     def hang_now(self) -> bool:
         """Whether this (already accepted) send call should never be answered."""
         return self.dice.hit(self.config.p_hang)
+
+    def note_hang(self, accepted_recipients: int) -> None:
+        """Count calls accepted but never answered: the client can only mark them unknown."""
+        self.hung_calls += 1
+        self.hung_recipients += accepted_recipients
 
     def latency_s(self) -> float:
         return self.dice.latency_s(self.config)

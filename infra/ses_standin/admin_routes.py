@@ -44,7 +44,11 @@ class AdminApi:
         return _ok({"ok": True})
 
     async def stats(self, request: web.Request) -> web.Response:
-        return _ok(self.account.index.stats(request.query.get("campaign")))
+        stats = dict(self.account.index.stats(request.query.get("campaign")))
+        # Process-wide (not per campaign): calls accepted and never answered.
+        stats["hung_calls"] = self.account.hung_calls
+        stats["hung_recipients"] = self.account.hung_recipients
+        return _ok(stats)
 
     async def rate(self, request: web.Request) -> web.Response:
         try:

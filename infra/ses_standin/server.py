@@ -82,6 +82,7 @@ async def send_bulk_email(request: web.Request, account: SesAccount) -> web.Stre
     results = account.send_bulk(parsed, time.time())
     response = ses_json({"BulkEmailEntryResults": results})
     if account.hang_now():
+        account.note_hang(sum(1 for r in results if r.get("Status") == "SUCCESS"))
         return await _hold_open(request, account)
     return response
 
@@ -90,6 +91,7 @@ async def send_email(request: web.Request, account: SesAccount) -> web.StreamRes
     parsed = parse_email_request(await _json_body(request))
     message_id = account.send_email(parsed, time.time())
     if account.hang_now():
+        account.note_hang(1)
         return await _hold_open(request, account)
     return ses_json({"MessageId": message_id})
 

@@ -79,3 +79,15 @@ SELECT c.id, c.name, c.status, c.reason, c.rate_limit, c.recipients, c.started_a
 -- ('sending') are finished by their lane, which sees the cancelled campaign and releases them.
 UPDATE campaign_recipients SET status = 'cancelled', reason = 'campaign_cancelled', requeue = false
  WHERE campaign_id = %(id)s AND status = 'pending';
+
+-- name: report_reasons
+SELECT status, coalesce(reason, '') AS reason, count(*) AS n FROM campaign_recipients
+ WHERE campaign_id = %(id)s GROUP BY status, reason ORDER BY status, n DESC;
+
+-- name: report_rate
+-- Recipients sent per bucket of %(bucket_s)s seconds since the first send.
+SELECT floor(extract(epoch FROM sent_at - first.t) / %(bucket_s)s)::int AS bucket, count(*) AS n
+  FROM campaign_recipients,
+       (SELECT min(sent_at) AS t FROM campaign_recipients WHERE campaign_id = %(id)s) AS first
+ WHERE campaign_id = %(id)s AND status = 'sent'
+ GROUP BY 1 ORDER BY 1;

@@ -150,12 +150,17 @@ SELECT dedupe_key, status, attempts, provider_id, created_at, sent_at
  WHERE dedupe_key LIKE %(prefix)s OR (%(ref)s::text IS NOT NULL AND ref = %(ref)s)
  ORDER BY id;
 
+-- name: lock_resends
+-- Serialises resends of one key (transaction-scoped advisory lock): a second click waits for
+-- the first to commit, then sees its resend still on its way and creates nothing.
+SELECT pg_advisory_xact_lock(hashtextextended('flashsend-resend:' || %(dedupe_key)s, 0));
+
 -- name: count_resends
 SELECT count(*) FROM mail WHERE dedupe_key LIKE %(prefix)s;
 
 -- name: resend_mail
 -- Support's "send it again": a NEW row with a new dedupe key (…:resend:N), never the old job
--- rerun. Two agents clicking at once compute the same N: ON CONFLICT lets exactly one win.
+-- rerun. Runs after lock_resends; ON CONFLICT is the backstop if two ever computed one N.
 INSERT INTO mail (dedupe_key, ref, to_email, template, data, delivery)
 SELECT %(new_key)s, ref, to_email, template, data, delivery
   FROM mail

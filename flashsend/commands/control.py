@@ -1,0 +1,168 @@
+"""`flashsend campaign reconcile|report`, `flashsend dlq list`, `flashsend chaos`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import psycopg
+
+from flashsend.settings import load_settings
+from sinks.campaign_store import CampaignStore
+from sinks.queries import query
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    camp = sub.choices["campaign"]
+    csub = next(a for a in camp._actions if isinstance(a, argparse._SubParsersAction))
+    p = csub.add_parser(
+        "reconcile",
+        help="expired leases → unknown, released or lost rows → "
+        "produced again, finished → done (safe any time, concurrently)",
+    )
+    p.add_argument("id", type=int)
+    p.add_argument(
+        "--lease",
+        type=float,
+        default=None,
+        help="seconds after which a 'sending' row becomes unknown (default FLASHSEND_LEASE_S)",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_reconcile)
+
+    p = csub.add_parser(
+        "report", help="final counts per status and reason, timings, rate over time"
+    )
+    p.add_argument("id", type=int)
+    p.add_argument("--bucket", type=float, default=10.0, help="seconds per rate bucket")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_report)
+
+    dlq = sub.add_parser("dlq", help="dead letters (records that could not be processed)")
+    dsub = dlq.add_subparsers(dest="dlq_cmd", required=True)
+    p = dsub.add_parser("list", help="show dead letters with their reason and origin")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_dlq_list)
+
+    p = sub.add_parser(
+        "chaos",
+        help="run a campaign while killing workers and restarting the broker/Postgres; "
+        "check that nothing is lost and nobody is mailed twice",
+        description="Needs the local stack (`flashsend up`): it stops and starts the broker and "
+        "PostgreSQL itself. Prints one JSON object as the last line with --json.",
+    )
+    p.add_argument("--users", type=int, default=200_000)
+    p.add_argument("--workers", type=int, default=3)
+    p.add_argument("--rate", type=float, default=0.0)
+    p.add_argument("--kill-every", type=float, default=5.0, help="SIGKILL a worker every S s")
+    p.add_argument("--restart-broker-at", type=float, default=None, help="seconds into the run")
+    p.add_argument("--restart-postgres-at", type=float, default=None)
+    p.add_argument(
+        "--zombie-at",
+        type=float,
+        default=None,
+        help="SIGSTOP a worker at T s, SIGCONT it after the rebalance",
+    )
+    p.add_argument(
+        "--ses-hang-rate",
+        type=float,
+        default=0.0,
+        help="probability that the stand-in accepts a call and never answers",
+    )
+    p.add_argument("--lease", type=float, default=20.0)
+    p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_chaos)
+
+
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    from producers.reconcile import Reconciler
+
+    result = Reconciler(load_settings()).reconcile(args.id, lease_s=args.lease)
+    if args.json:
+        print(json.dumps(result.as_dict()))
+    else:
+        print(
+            f"campaign {args.id}: {result.expired} lease(s) expired → unknown, "
+            f"{result.requeued} released and {result.orphans} orphaned row(s) produced again"
+            f"{', campaign done' if result.done else ''}"
+            f"{' (another reconcile was running; nothing done)' if result.skipped_locked else ''}"
+        )
+    return 0
+
+
+def campaign_report(
+    conn: psycopg.Connection[Any], campaign_id: int, bucket_s: float = 10.0
+) -> dict[str, Any]:
+    progress = CampaignStore(conn).progress(campaign_id).as_dict()
+    reasons = conn.execute(query("report_reasons"), {"id": campaign_id}).fetchall()
+    rate = conn.execute(query("report_rate"), {"id": campaign_id, "bucket_s": bucket_s}).fetchall()
+    return {
+        "campaign": progress,
+        "by_status_reason": [{"status": s, "reason": r or None, "count": n} for s, r, n in reasons],
+        "rate_over_time": [{"t_s": b * bucket_s, "per_s": round(n / bucket_s, 1)} for b, n in rate],
+    }
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        report = campaign_report(conn, args.id, args.bucket)
+    if args.json:
+        print(json.dumps(report, default=str))
+        return 0
+    c = report["campaign"]
+    print(f"campaign {c['id']} {c['name']!r}: {c['status']}  recipients {c['recipients']}")
+    for key in ("started_at", "snapshot_done_at", "produced_at", "paused_at", "finished_at"):
+        print(f"  {key:<17} {c[key] or '-'}")
+    print("  status / reason:")
+    for row in report["by_status_reason"]:
+        print(f"    {row['status']:<10} {row['reason'] or '':<40} {row['count']:>10,}")
+    print(f"  rate over time (per {args.bucket:g}s bucket):")
+    for row in report["rate_over_time"]:
+        print(f"    t={row['t_s']:>7.0f}s  {row['per_s']:>9,.1f}/s")
+    return 0
+
+
+def cmd_dlq_list(args: argparse.Namespace) -> int:
+    from producers.dlq import read_dead_letters
+
+    settings = load_settings()
+    letters = read_dead_letters(settings.kafka_bootstrap, settings.topic_dlq, limit=args.limit)
+    if args.json:
+        print(json.dumps(letters))
+        return 0
+    if not letters:
+        print(f"no dead letters in {settings.topic_dlq}")
+    for d in letters:
+        print(
+            f"#{d['dlq_offset']:<6} {d['reason']:<18} from {d['topic']}[{d['partition']}]@"
+            f"{d['offset']}  {d['detail'][:80]}"
+        )
+    return 0
+
+
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from flashsend.chaos import ChaosOptions, run_chaos
+
+    options = ChaosOptions(
+        users=args.users,
+        workers=args.workers,
+        rate=args.rate,
+        kill_every_s=args.kill_every,
+        restart_broker_at=args.restart_broker_at,
+        restart_postgres_at=args.restart_postgres_at,
+        zombie_at=args.zombie_at,
+        ses_hang_rate=args.ses_hang_rate,
+        lease_s=args.lease,
+        timeout_s=args.timeout,
+    )
+    result = run_chaos(load_settings(), options)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"  {key:<20} {value}")
+    return 0 if result["invariants_ok"] else 1
