@@ -43,25 +43,36 @@ class ReconcileResult:
 class Reconciler:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._codec = AvroCodec(registry_client(settings.schema_registry_url),
-                                "campaign_recipient")
-        self._producer = Producer({"bootstrap.servers": settings.kafka_bootstrap,
-                                   "enable.idempotence": True, "linger.ms": 10,
-                                   "compression.type": "lz4"})
+        self._codec = AvroCodec(registry_client(settings.schema_registry_url), "campaign_recipient")
+        self._producer = Producer(
+            {
+                "bootstrap.servers": settings.kafka_bootstrap,
+                "enable.idempotence": True,
+                "linger.ms": 10,
+                "compression.type": "lz4",
+            }
+        )
 
     def log_end_offsets(self) -> dict[int, int]:
         s = self.settings
-        consumer = Consumer({"bootstrap.servers": s.kafka_bootstrap,
-                             "group.id": f"{s.group_sender}-reconcile",
-                             "enable.auto.commit": False})
+        consumer = Consumer(
+            {
+                "bootstrap.servers": s.kafka_bootstrap,
+                "group.id": f"{s.group_sender}-reconcile",
+                "enable.auto.commit": False,
+            }
+        )
         try:
             md = consumer.list_topics(s.topic_recipients, timeout=10)
             topic = md.topics.get(s.topic_recipients)
             if topic is None or topic.error is not None:
                 return {}
-            return {p: consumer.get_watermark_offsets(TopicPartition(s.topic_recipients, p),
-                                                      timeout=10)[1]
-                    for p in topic.partitions}
+            return {
+                p: consumer.get_watermark_offsets(
+                    TopicPartition(s.topic_recipients, p), timeout=10
+                )[1]
+                for p in topic.partitions
+            }
         finally:
             consumer.close()
 
@@ -70,20 +81,35 @@ class Reconciler:
         ends = self.log_end_offsets()
         if not ends:
             return False
-        stored = dict(conn.execute(query("stored_offsets"), {
-            "group_id": self.settings.group_sender, "topic": self.settings.topic_recipients,
-        }).fetchall())
+        stored = dict(
+            conn.execute(
+                query("stored_offsets"),
+                {
+                    "group_id": self.settings.group_sender,
+                    "topic": self.settings.topic_recipients,
+                },
+            ).fetchall()
+        )
         return all(end == 0 or stored.get(p, 0) >= end for p, end in ends.items())
 
     def produce(self, campaign_id: int, rows: Sequence[tuple[int, int]]) -> None:
         errors: list[str] = []
         now_ms = int(time.time() * 1000)
         for seq, user_id in rows:
-            value = self._codec.encode({"campaign_id": campaign_id, "seq": seq,
-                                        "user_id": user_id, "produced_at_ms": now_ms})
+            value = self._codec.encode(
+                {
+                    "campaign_id": campaign_id,
+                    "seq": seq,
+                    "user_id": user_id,
+                    "produced_at_ms": now_ms,
+                }
+            )
             self._producer.produce(
-                self.settings.topic_recipients, value=value, key=str(user_id).encode(),
-                on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
+                self.settings.topic_recipients,
+                value=value,
+                key=str(user_id).encode(),
+                on_delivery=lambda err, _m: errors.append(str(err)) if err else None,
+            )
             self._producer.poll(0)
         if self._producer.flush(60) or errors:
             raise FlashsendError(f"re-produce failed: {errors[:3]}")
@@ -91,8 +117,9 @@ class Reconciler:
     def reconcile(self, campaign_id: int, *, lease_s: float | None = None) -> ReconcileResult:
         lease = self.settings.lease_s if lease_s is None else lease_s
         with psycopg.connect(self.settings.pg_dsn, autocommit=True) as conn:
-            locked = conn.execute("SELECT pg_try_advisory_lock(%s, %s)",
-                                  (0x5EC0, campaign_id)).fetchone()
+            locked = conn.execute(
+                "SELECT pg_try_advisory_lock(%s, %s)", (0x5EC0, campaign_id)
+            ).fetchone()
             if not locked or not locked[0]:
                 return ReconcileResult(campaign_id, 0, 0, 0, False, skipped_locked=True)
             try:
@@ -100,16 +127,20 @@ class Reconciler:
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s, %s)", (0x5EC0, campaign_id))
 
-    def _reconcile(self, conn: psycopg.Connection[Any], campaign_id: int,
-                   lease: float) -> ReconcileResult:
+    def _reconcile(
+        self, conn: psycopg.Connection[Any], campaign_id: int, lease: float
+    ) -> ReconcileResult:
         params = {"campaign_id": campaign_id}
-        row = conn.execute("SELECT status, produced_at FROM campaigns WHERE id = %s",
-                           (campaign_id,)).fetchone()
+        row = conn.execute(
+            "SELECT status, produced_at FROM campaigns WHERE id = %s", (campaign_id,)
+        ).fetchone()
         if row is None:
             raise FlashsendError(f"campaign {campaign_id} does not exist")
         status, produced_at = row
-        expired = conn.execute(query("expire_leases"),
-                               {**params, "lease_s": lease}).rowcount
+        if status == "cancelled":
+            # A lane may have released rows as pending just after the cancel ran.
+            conn.execute(query("cancel_pending"), {"id": campaign_id})
+        expired = conn.execute(query("expire_leases"), {**params, "lease_s": lease}).rowcount
         requeued = orphans = 0
         if status == "sending" and produced_at is not None:
             rows = conn.execute(query("take_requeue"), params).fetchall()
@@ -117,8 +148,7 @@ class Reconciler:
                 try:
                     self.produce(campaign_id, rows)
                 except FlashsendError:
-                    conn.execute(query("restore_requeue"),
-                                 {**params, "seqs": [r[0] for r in rows]})
+                    conn.execute(query("restore_requeue"), {**params, "seqs": [r[0] for r in rows]})
                     raise
                 requeued = len(rows)
             counts = conn.execute(query("pending_count"), params).fetchone()
@@ -126,14 +156,25 @@ class Reconciler:
             if pending and not requeued and self.consumed_everything(conn):
                 orphan_rows = conn.execute(
                     "SELECT seq, user_id FROM campaign_recipients WHERE campaign_id = %s "
-                    "AND status = 'pending' ORDER BY seq", (campaign_id,)).fetchall()
+                    "AND status = 'pending' ORDER BY seq",
+                    (campaign_id,),
+                ).fetchall()
                 self.produce(campaign_id, orphan_rows)
                 orphans = len(orphan_rows)
         done = False
         if status == "sending" and produced_at is not None:
             counts = conn.execute(query("pending_count"), params).fetchone()
             if counts is not None and counts[0] == 0 and counts[1] == 0:
-                done = conn.execute(query("set_campaign_status"), {
-                    "id": campaign_id, "status": "done", "reason": None,
-                    "from_statuses": ["sending"]}).rowcount > 0
+                done = (
+                    conn.execute(
+                        query("set_campaign_status"),
+                        {
+                            "id": campaign_id,
+                            "status": "done",
+                            "reason": None,
+                            "from_statuses": ["sending"],
+                        },
+                    ).rowcount
+                    > 0
+                )
         return ReconcileResult(campaign_id, expired, requeued, orphans, done)

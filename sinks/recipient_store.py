@@ -67,6 +67,7 @@ class LiveCampaign:
 class RecipientStore:
     def __init__(self, pool: AsyncConnectionPool, *, group_id: str, topic: str) -> None:
         self._pool = pool
+        self.dsn = str(pool.conninfo)
         self.group_id = group_id
         self.topic = topic
 

@@ -12,6 +12,7 @@ from typing import Any
 import faust
 from psycopg_pool import AsyncConnectionPool
 
+from flashsend import metrics_state
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
 from producers.reconcile import Reconciler
@@ -20,6 +21,7 @@ from sinks.recipient_store import RecipientStore
 from sinks.ses import SesSender, make_client
 from streams import faust_offsets
 from streams.campaign_state import CampaignCache
+from streams.list_unsubscribe import unsubscribe_headers
 from streams.sender import CampaignSender, SenderConfig
 
 log = logging.getLogger("flashsend.app")
@@ -60,7 +62,9 @@ class Runtime:
                 campaigns=self.campaigns,
                 codec=AvroCodec(registry_client(s.schema_registry_url), "campaign_recipient"),
                 dlq=DeadLetterProducer(s.kafka_bootstrap, s.topic_dlq),
+                headers_for=unsubscribe_headers(s),  # RFC 8058 one-click (issue 5)
             )
+            await asyncio.to_thread(metrics_state.start, s, "campaign")  # /metrics (issue 8)
             return self.sender
 
     async def offsets(self, topic: str, partitions: list[int]) -> Mapping[int, int]:
@@ -144,10 +148,17 @@ def create_app(settings: Settings) -> FlashsendApp:
         expired leases → unknown, released rows and lost doorbells → produced again."""
         if runtime.campaigns is None:
             return
+        if runtime.sender is not None:
+            log.info(
+                "sender backlog=%d lanes=%s stats=%s",
+                runtime.sender.backlog(),
+                {p: lane.backlog for p, lane in sorted(runtime.sender.lanes.items())},
+                runtime.sender.stats,
+            )
         if not reconciler:
             reconciler.append(await asyncio.to_thread(Reconciler, settings))
         for campaign in runtime.campaigns.live():
-            if campaign.status != "sending":
+            if campaign.status not in ("sending", "cancelled"):
                 continue
             try:
                 result = await asyncio.to_thread(reconciler[0].reconcile, campaign.id)
@@ -163,7 +174,8 @@ def create_app(settings: Settings) -> FlashsendApp:
     async def _assigned(app: faust.App, assigned: set[Any], **kwargs: Any) -> None:
         if runtime.sender is not None:
             await runtime.sender.reassign(
-                {tp.partition for tp in assigned if tp.topic == settings.topic_recipients})
+                {tp.partition for tp in assigned if tp.topic == settings.topic_recipients}
+            )
 
     @app.on_before_shutdown.connect  # type: ignore[arg-type]
     async def _stop_runtime(app: faust.App, **kwargs: Any) -> None:

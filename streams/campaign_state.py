@@ -8,8 +8,11 @@ is seen within one interval; `flashsend campaign pause` waits that long before r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+
+import psycopg
 
 from sinks.recipient_store import LiveCampaign, RecipientStore, StoreUnavailable
 
@@ -54,13 +57,35 @@ class CampaignCache:
             self._task = None
 
     async def _run(self) -> None:
+        wake = asyncio.Event()
+        listener = asyncio.create_task(self._listen(wake), name="campaign-listen")
+        try:
+            while True:
+                try:
+                    await self.refresh()
+                except StoreUnavailable as exc:
+                    # Stale for now; lanes treat a stale cache as "not sending" (see is_fresh).
+                    log.warning("campaign poll failed: %s", exc)
+                wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), self._interval)
+        finally:
+            listener.cancel()
+
+    async def _listen(self, wake: asyncio.Event) -> None:
+        """LISTEN for control commands so a pause is seen in milliseconds, not at the next
+        poll. Polling stays as the fallback (a NOTIFY is lost while disconnected)."""
         while True:
             try:
-                await self.refresh()
-            except StoreUnavailable as exc:
-                # Stale for now; lanes treat a stale cache as "not sending" (see is_fresh).
-                log.warning("campaign poll failed: %s", exc)
-            await asyncio.sleep(self._interval)
+                async with await psycopg.AsyncConnection.connect(
+                    self._store.dsn, autocommit=True
+                ) as conn:
+                    await conn.execute("LISTEN flashsend_campaigns")
+                    async for _ in conn.notifies():
+                        wake.set()
+            except psycopg.Error as exc:
+                log.debug("campaign LISTEN connection lost: %s", exc)
+            await asyncio.sleep(1.0)
 
     def is_fresh(self, max_age: float = 2.0) -> bool:
         """A cache older than max_age cannot prove a campaign is still sending."""

@@ -23,6 +23,8 @@ from typing import Any
 import faust
 from psycopg_pool import AsyncConnectionPool
 
+from flashsend import metrics_state
+from flashsend.logs import logging_config
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
 from producers.mail_topics import ensure_mail_topics, topic_retention_s
@@ -150,6 +152,7 @@ class MailRuntime:
             )
             self._relay_thread.start()
             self._purge_task = asyncio.create_task(self._purge_loop(), name="mail-purge")
+            await asyncio.to_thread(metrics_state.start, s, "mail")  # /metrics (issue 8)
             return self.ingest
 
     async def offsets(self, topic: str, partitions: list[int]) -> Mapping[int, int]:
@@ -281,6 +284,7 @@ def run_mail_worker(settings: Settings, loglevel: str) -> int:
         quiet=True,
         redirect_stdouts=False,
         workdir=str(settings.state_dir / "faust"),
+        logging_config=logging_config(settings.log_format, loglevel),
     )
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     worker.execute_from_commandline()

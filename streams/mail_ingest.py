@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from flashsend import metrics
 from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
 from schemas.serde import AvroCodec, SerdeError
 from sinks.mail_store import IngestOutcome, MailStore
@@ -142,6 +143,7 @@ class MailIngest:
         if dead:
             await self._retry(self.dlq.publish, dead)
             self.stats.dead += len(dead)
+            metrics.count_dead_letters(self.dlq.topic, (d.reason for d in dead))
         outcome: IngestOutcome = await self._retry(
             self.store.ingest, list(spans.values()), commands
         )

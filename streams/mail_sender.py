@@ -31,6 +31,7 @@ from typing import Any
 
 import psycopg
 
+from flashsend import metrics
 from sinks.mail_store import ClaimedMail, MailStore, StoreUnavailable, Transition
 from sinks.ses import SesCallFailed, SesSender
 from streams.backoff import RetryPolicy, backoff_delay
@@ -168,6 +169,7 @@ class MailSender:
     async def _send(self, mail: ClaimedMail) -> None:
         delay = self._limiter.reserve(1, time.monotonic())
         if delay > 0:
+            metrics.add_throttle_wait("mail", delay)
             await asyncio.sleep(delay)
         began = time.monotonic()
         loop = asyncio.get_running_loop()
@@ -187,6 +189,8 @@ class MailSender:
                 rng=self.rng,
             )
         elapsed = time.monotonic() - began
+        metrics.observe_ses_call("SendEmail", elapsed, decision.next.value)
+        metrics.count_mail(decision.next.value)
         self._observe(mail, elapsed)
         done = await self._record(mail, decision, message_id)
         log.info(

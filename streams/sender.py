@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from flashsend import metrics
 from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
 from schemas.serde import AvroCodec, SerdeError
 from sinks.recipient_store import (
@@ -72,7 +73,7 @@ class Record(Protocol):
 @dataclass(frozen=True)
 class SenderConfig:
     partitions: int
-    lane_capacity: int = 100  # claimed-but-unsent rows per partition (bounds `unknown`)
+    lane_capacity: int = 50  # claimed-but-unsent rows per partition (bounds `unknown`)
     max_inflight_calls: int = 12  # SES calls in flight per worker
     max_retries: int = 4  # per call, for throttles and transient entries
     retry_base_s: float = 0.2
@@ -140,8 +141,9 @@ class Lane:
         self._has_rows.clear()
         self._has_room.set()
         for cid, group in _by_campaign(queued).items():
-            await self._sender.record(cid, [RowResult(r.seq, "pending", reason, None)
-                                            for r in group])
+            await self._sender.record(
+                cid, [RowResult(r.seq, "pending", reason, None) for r in group]
+            )
 
     async def drain(self) -> None:
         while self._rows or self._inflight:
@@ -152,12 +154,7 @@ class Lane:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        pending = list(self._rows)
-        self._rows.clear()
-        for cid, group in _by_campaign(pending).items():
-            await self._sender.record(
-                cid, [RowResult(r.seq, "pending", "worker_stopped", None) for r in group]
-            )
+        await self._release_queued("worker_stopped")
 
     def _take_call(self) -> list[ClaimedRecipient]:
         first = self._rows[0]
@@ -180,7 +177,7 @@ class Lane:
         share = split_rate(rate, self._sender.config.partitions)
         entry = self._pacers.get(campaign_id)
         if entry is None or entry[1].ceiling != share:
-            entry = (Pacer(share), Aimd(ceiling=share))
+            entry = (Pacer(share, phase=self._sender.rng.random()), Aimd(ceiling=share))
             self._pacers[campaign_id] = entry
         return entry
 
@@ -217,6 +214,7 @@ class Lane:
             pacer, aimd = self._pacer(cid, campaign.rate_limit)
             delay = pacer.delay(len(rows), time.monotonic())
             if delay > 0:
+                metrics.add_throttle_wait("campaign", delay)
                 await asyncio.sleep(delay)
                 if not s.campaigns.is_sending(cid):  # paused while we waited
                     continue
@@ -323,11 +321,14 @@ class CampaignSender:
         # Half a lane per round: the lane still has half a lane of work queued while the next
         # round is claimed, so it never runs dry waiting for the agent.
         size = max(1, self.config.lane_capacity // 2)
-        chunks = {p: [sorted(rs, key=lambda r: r.offset)[i:i + size]
-                      for i in range(0, len(rs), size)] for p, rs in by_partition.items()}
+        chunks = {
+            p: [sorted(rs, key=lambda r: r.offset)[i : i + size] for i in range(0, len(rs), size)]
+            for p, rs in by_partition.items()
+        }
         for round_no in range(max(len(c) for c in chunks.values())):
-            await self._claim_round([rec for c in chunks.values() if round_no < len(c)
-                                     for rec in c[round_no]])
+            await self._claim_round(
+                [rec for c in chunks.values() if round_no < len(c) for rec in c[round_no]]
+            )
 
     async def _claim_round(self, records: Sequence[Record]) -> None:
         spans: dict[int, PartitionSpan] = {}
@@ -362,11 +363,13 @@ class CampaignSender:
         if dead:
             await self._retry(self.dlq.publish, dead)
             self.stats["dead"] += len(dead)
+            metrics.count_dead_letters(self.dlq.topic, (d.reason for d in dead))
         for partition, ks in keys.items():
             await self._lane(partition).wait_room(len(ks))
         outcome = await self._retry(self.store.claim_batch, list(spans.values()), keys)
         self.stats["claimed"] += len(outcome.claimed)
         self.stats["skipped"] += outcome.skipped
+        metrics.count_skipped((k[0] for ks in keys.values() for k in ks), outcome.skipped)
         if outcome.fenced_partitions:
             self.stats["fenced"] += len(outcome.fenced_partitions)
             log.warning(
@@ -464,6 +467,7 @@ class CampaignSender:
         for r in results:
             if r.status in self.stats:
                 self.stats[r.status] += 1
+        metrics.count_results(campaign_id, results)
 
     async def release(
         self, campaign_id: int, rows: Sequence[ClaimedRecipient], status: str
@@ -494,6 +498,7 @@ class CampaignSender:
         async with self._calls:
             self.stats["calls"] += 1
             loop = asyncio.get_running_loop()
+            began = time.monotonic()
             try:
                 statuses = await loop.run_in_executor(
                     self._executor,
@@ -506,7 +511,10 @@ class CampaignSender:
                     ),
                 )
             except SesCallFailed as exc:
+                elapsed = time.monotonic() - began
+                metrics.observe_ses_call("SendBulkEmail", elapsed, exc.code or "error")
                 return self._call_failed(exc, rows)
+            metrics.observe_ses_call("SendBulkEmail", time.monotonic() - began, "ok")
         if len(statuses) != len(rows):
             # SES answered, but we cannot tell which entry is which: nobody may be resent.
             reason = f"response_length_mismatch:{len(statuses)}/{len(rows)}"

@@ -225,7 +225,7 @@ class Pacer:
     """
 
     rate: float
-    headroom: float = 0.98
+    headroom: float = 0.97
     tick: float = 0.2
     phase: float = 0.0  # in [0, 1): fraction of an extra interval before the first call
     _next: float | None = field(default=None, init=False, repr=False)

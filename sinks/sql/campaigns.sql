@@ -27,20 +27,27 @@ UPDATE campaigns SET status = 'sending', recipients = %(recipients)s, snapshot_d
 UPDATE campaigns SET produced_at = now(), updated_at = now() WHERE id = %(id)s;
 
 -- name: live_campaigns
--- Polled by every worker a few times a second: tiny table, primary-key order.
+-- Polled by every worker a few times a second: tiny table. Recently finished campaigns are
+-- included so a lane holding rows of a just-cancelled campaign releases them as cancelled.
 SELECT id, status, rate_limit, template, from_address, configuration_set, name
-  FROM campaigns WHERE status IN ('sending', 'paused', 'snapshotting');
+  FROM campaigns
+ WHERE status IN ('sending', 'paused', 'snapshotting')
+    OR (status IN ('cancelled', 'done', 'failed') AND updated_at > now() - interval '1 hour');
 
 -- name: set_campaign_status
 -- Control commands (pause/resume/cancel) and automatic pauses; the WHERE lists the states
 -- the transition is allowed from, so a racing command cannot resurrect a finished campaign.
-UPDATE campaigns
-   SET status = %(status)s, reason = %(reason)s, updated_at = now(),
-       paused_at = CASE WHEN %(status)s = 'paused' THEN now() ELSE paused_at END,
-       finished_at = CASE WHEN %(status)s IN ('cancelled', 'done', 'failed') THEN now()
-                          ELSE finished_at END
- WHERE id = %(id)s AND status = ANY(%(from_statuses)s)
-RETURNING id;
+-- NOTIFY (delivered at commit) wakes every worker's campaign cache at once.
+WITH changed AS (
+    UPDATE campaigns
+       SET status = %(status)s, reason = %(reason)s, updated_at = now(),
+           paused_at = CASE WHEN %(status)s = 'paused' THEN now() ELSE paused_at END,
+           finished_at = CASE WHEN %(status)s IN ('cancelled', 'done', 'failed') THEN now()
+                              ELSE finished_at END
+     WHERE id = %(id)s AND status = ANY(%(from_statuses)s)
+    RETURNING id
+)
+SELECT id, pg_notify('flashsend_campaigns', id::text) FROM changed;
 
 -- name: campaign_counts
 -- Progress in one pass over one campaign's rows (no index on status by design; the primary

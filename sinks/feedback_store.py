@@ -1,0 +1,137 @@
+"""FeedbackStore: the feedback agent's view of PostgreSQL, one method per state change.
+
+`apply` is ONE transaction: advance the fenced offsets of the batch, apply the effects of the
+events never seen before (suppressions, counters: one CTE), decide on the counters just written
+(pure `pause_reason`) and pause the campaigns that must stop. Either all of it commits with the
+offsets or none of it, so a crash or a redelivery can neither lose a complaint nor count one
+twice. psycopg errors become `StoreUnavailable` (the agent retries).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from sinks.queries import query
+from sinks.recipient_store import PartitionSpan, StoreUnavailable
+from streams.feedback_logic import FeedbackEffect, Thresholds, Window, pause_reason
+
+log = logging.getLogger("flashsend.feedback.store")
+
+
+@dataclass(frozen=True)
+class ApplyOutcome:
+    fresh: int = 0  # events applied (not seen before)
+    suppressed: int = 0  # addresses newly suppressed
+    paused: list[tuple[int, str]] = field(default_factory=list)  # (campaign, reason)
+    over_threshold: list[tuple[int, str, str]] = field(default_factory=list)  # not sending
+    fenced_partitions: list[int] = field(default_factory=list)
+
+
+class FeedbackStore:
+    def __init__(
+        self, pool: AsyncConnectionPool, *, group_id: str, topic: str, thresholds: Thresholds
+    ) -> None:
+        self._pool = pool
+        self.group_id = group_id
+        self.topic = topic
+        self.thresholds = thresholds
+
+    async def ensure_and_load_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
+        params = {"group_id": self.group_id, "topic": self.topic, "partitions": list(partitions)}
+        try:
+            async with self._pool.connection() as conn:
+                await conn.execute(query("ensure_offsets"), params)
+                cur = await conn.execute(query("load_offsets"), params)
+                return {int(p): int(o) for p, o in await cur.fetchall()}
+        except psycopg.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def apply(
+        self, spans: Sequence[PartitionSpan], effects: dict[int, list[FeedbackEffect]]
+    ) -> ApplyOutcome:
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                cur = await conn.execute(
+                    query("advance_offsets"),
+                    {
+                        "group_id": self.group_id,
+                        "topic": self.topic,
+                        "partitions": [s.partition for s in spans],
+                        "first_offsets": [s.first_offset for s in spans],
+                        "last_offsets": [s.last_offset for s in spans],
+                    },
+                )
+                advanced = {int(r[0]) for r in await cur.fetchall()}
+                fenced = [s.partition for s in spans if s.partition not in advanced]
+                todo = [e for p in sorted(advanced) for e in effects.get(p, [])]
+                if not todo:
+                    return ApplyOutcome(fenced_partitions=fenced)
+                return await self._apply_effects(conn, todo, fenced)
+        except psycopg.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def _apply_effects(
+        self, conn: psycopg.AsyncConnection[Any], todo: list[FeedbackEffect], fenced: list[int]
+    ) -> ApplyOutcome:
+        cur = await conn.execute(
+            query("apply_feedback"),
+            {
+                "event_ids": [e.event_id for e in todo],
+                "emails": [e.email for e in todo],
+                "campaign_ids": [e.campaign_id for e in todo],
+                "counters": [e.counter for e in todo],
+                "suppress": [e.suppress_reason for e in todo],
+                "sources": [e.source_event for e in todo],
+            },
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        fresh, suppressed, campaigns = int(row[0]), int(row[1]), row[2]
+        paused: list[tuple[int, str]] = []
+        over: list[tuple[int, str, str]] = []
+        for counters in campaigns:
+            reason = pause_reason(Window.of(counters), self.thresholds)
+            if reason is None:
+                continue
+            campaign_id = int(counters["campaign_id"])
+            if counters["status"] != "sending":
+                over.append((campaign_id, str(counters["status"]), reason))
+                continue
+            cur = await conn.execute(
+                query("auto_pause_campaign"), {"campaign_id": campaign_id, "reason": reason}
+            )
+            if await cur.fetchone() is not None:
+                paused.append((campaign_id, reason))
+        return ApplyOutcome(fresh, suppressed, paused, over, fenced)
+
+    async def purge_seen(self, horizon: datetime, limit: int = 10_000) -> int:
+        """Delete dedupe ids older than `horizon`, in batches; returns how many."""
+        total = 0
+        try:
+            async with self._pool.connection() as conn:
+                while True:
+                    cur = await conn.execute(
+                        query("purge_feedback_seen"), {"horizon": horizon, "limit": limit}
+                    )
+                    total += cur.rowcount
+                    if cur.rowcount < limit:
+                        return total
+        except psycopg.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def campaign_feedback(self, campaign_id: int) -> dict[str, Any] | None:
+        try:
+            async with self._pool.connection() as conn:
+                cur = conn.cursor(row_factory=dict_row)
+                await cur.execute(query("campaign_feedback"), {"campaign_id": campaign_id})
+                return await cur.fetchone()
+        except psycopg.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc

@@ -1,0 +1,116 @@
+-- Deliverability (issue 5): the feedback agent's effects and the one-click unsubscribe.
+
+-- name: apply_feedback
+-- One batch of feedback events, one statement, in the transaction that also advances the
+-- fenced offsets. Only events never seen before have effects (feedback_seen: SNS delivers at
+-- least once), so counters stay exact and a redelivered bounce changes nothing. Suppressions
+-- are ON CONFLICT DO NOTHING (the first reason stays). Counter rows are upserted in campaign id
+-- order and suppressions in address order, so two workers never lock in opposite orders.
+-- Events tagged with a campaign this database does not know count nowhere.
+WITH ev AS (
+    SELECT DISTINCT ON (event_id) *
+      FROM unnest(%(event_ids)s::uuid[], %(emails)s::text[], %(campaign_ids)s::bigint[],
+                  %(counters)s::text[], %(suppress)s::text[], %(sources)s::text[])
+           AS e(event_id, email, campaign_id, counter, suppress, source)
+     ORDER BY event_id
+), fresh AS (
+    INSERT INTO feedback_seen (event_id)
+    SELECT event_id FROM ev ORDER BY event_id
+    ON CONFLICT DO NOTHING
+    RETURNING event_id
+), new_ev AS (
+    SELECT ev.* FROM ev JOIN fresh USING (event_id)
+), suppressed AS (
+    INSERT INTO email_suppressions (email, reason, source_event)
+    SELECT DISTINCT ON (email) email, suppress, source
+      FROM new_ev WHERE suppress IS NOT NULL
+     ORDER BY email, suppress DESC  -- 'complaint' before 'bounce' for the same address
+    ON CONFLICT (email) DO NOTHING
+    RETURNING email
+), counted AS (
+    INSERT INTO campaign_feedback AS f
+           (campaign_id, sent, delivered, bounced, soft_bounced, complained, rejected, delayed,
+            rendering_failed, unsubscribed)
+    SELECT n.campaign_id,
+           count(*) FILTER (WHERE counter = 'sent'),
+           count(*) FILTER (WHERE counter = 'delivered'),
+           count(*) FILTER (WHERE counter = 'bounced'),
+           count(*) FILTER (WHERE counter = 'soft_bounced'),
+           count(*) FILTER (WHERE counter = 'complained'),
+           count(*) FILTER (WHERE counter = 'rejected'),
+           count(*) FILTER (WHERE counter = 'delayed'),
+           count(*) FILTER (WHERE counter = 'rendering_failed'),
+           count(*) FILTER (WHERE counter = 'unsubscribed')
+      FROM new_ev n JOIN campaigns c ON c.id = n.campaign_id
+     WHERE n.counter IS NOT NULL
+     GROUP BY n.campaign_id
+     ORDER BY n.campaign_id
+    ON CONFLICT (campaign_id) DO UPDATE
+       SET sent = f.sent + excluded.sent,
+           delivered = f.delivered + excluded.delivered,
+           bounced = f.bounced + excluded.bounced,
+           soft_bounced = f.soft_bounced + excluded.soft_bounced,
+           complained = f.complained + excluded.complained,
+           rejected = f.rejected + excluded.rejected,
+           delayed = f.delayed + excluded.delayed,
+           rendering_failed = f.rendering_failed + excluded.rendering_failed,
+           unsubscribed = f.unsubscribed + excluded.unsubscribed,
+           updated_at = now()
+    RETURNING f.*
+)
+SELECT (SELECT count(*) FROM fresh) AS fresh,
+       (SELECT count(*) FROM suppressed) AS suppressed,
+       (SELECT coalesce(json_agg(k), '[]'::json)
+          FROM (SELECT counted.*, c.status
+                  FROM counted JOIN campaigns c ON c.id = counted.campaign_id) k)
+         AS campaigns;
+
+-- name: auto_pause_campaign
+-- The agent decided (streams.feedback_logic.pause_reason) in this same transaction, on the
+-- counters it just wrote under their row lock. Only a campaign still sending is paused; the
+-- window restarts from the current counters, so after a resume the rates are judged on new mail.
+WITH paused AS (
+    UPDATE campaigns
+       SET status = 'paused', reason = %(reason)s, paused_at = now(), updated_at = now()
+     WHERE id = %(campaign_id)s AND status = 'sending'
+    RETURNING id
+)
+UPDATE campaign_feedback f
+   SET window_sent = f.sent, window_delivered = f.delivered, window_bounced = f.bounced,
+       window_complained = f.complained, auto_paused_at = now(), auto_pause_reason = %(reason)s
+  FROM paused WHERE f.campaign_id = paused.id
+RETURNING f.campaign_id;
+
+-- name: purge_feedback_seen
+-- Dedupe ids older than the horizon (must outlive mail.events' retention: a replay older
+-- than that could count twice). Batched so the delete never holds many locks for long.
+DELETE FROM feedback_seen
+ WHERE event_id IN (SELECT event_id FROM feedback_seen
+                     WHERE seen_at < %(horizon)s ORDER BY seen_at LIMIT %(limit)s);
+
+-- name: campaign_feedback
+SELECT f.*, c.status, c.reason FROM campaign_feedback f JOIN campaigns c ON c.id = f.campaign_id
+ WHERE f.campaign_id = %(campaign_id)s;
+
+-- name: unsubscribe_user
+-- RFC 8058 one-click POST: opt the user out of marketing and write the Unsubscribed event in
+-- the same statement (the webhook's outbox; the relay publishes it later, so this never waits
+-- for Kafka). Conditional on marketing_opt_in: a repeated POST changes nothing and writes no
+-- second event. The NOTIFY is the relay's doorbell (delivered at commit).
+WITH changed AS (
+    UPDATE users SET marketing_opt_in = false, opted_out_at = now()
+     WHERE id = %(user_id)s AND marketing_opt_in
+    RETURNING id, email
+), event AS (
+    INSERT INTO feedback_outbox (topic, msg_key, schema_name, event_type, dedupe_key, payload)
+    SELECT %(topic)s, lower(btrim(c.email)), 'unsubscribed', 'Unsubscribed',
+           'unsubscribed:' || c.id || ':' || coalesce(%(campaign_id)s::bigint::text, '-'),
+           jsonb_build_object('user_id', c.id, 'campaign_id', %(campaign_id)s::bigint,
+                              'email', lower(btrim(c.email)), 'key_id', %(key_id)s::text,
+                              'method', 'one_click')
+      FROM changed c
+    RETURNING event_id
+)
+SELECT (SELECT count(*) FROM changed) AS changed,
+       (SELECT event_id FROM event) AS event_id,
+       (SELECT count(*) FROM (SELECT pg_notify('feedback_outbox', '') FROM event) n) AS notified;

@@ -1,0 +1,186 @@
+"""The feedback agent as its own Faust app (`flashsend worker --role feedback`).
+
+Consumes mail.events; every batch is one PostgreSQL transaction that advances this group's
+fenced offsets (kafka_offsets, group = the app id) together with the suppressions, the
+per-campaign counters and any automatic pause (streams.feedback_ingest, sinks.feedback_store).
+The `pgkafka://` transport seeks to those offsets on every assignment, as for the sender.
+Start several for fail-over; the partitions of mail.events bound the parallelism.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import faust
+from psycopg_pool import AsyncConnectionPool
+
+from flashsend import deliverability
+from flashsend.settings import Settings
+from producers.dlq import DeadLetterProducer
+from producers.mail_topics import ensure_mail_topics
+from schemas.serde import AvroCodec, registry_client
+from sinks.feedback_store import FeedbackStore
+from streams import faust_offsets
+from streams.feedback_ingest import FeedbackIngest
+
+log = logging.getLogger("flashsend.feedback.app")
+
+TAKE_MAX = 500
+TAKE_WITHIN_S = 0.05  # small: buffered events are unacked and would stall rebalances
+PURGE_EVERY_S = 3600.0
+
+
+class FeedbackRuntime:
+    """Resources of one feedback worker, created lazily inside its event loop."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._lock = asyncio.Lock()
+        self.pool: AsyncConnectionPool | None = None
+        self.store: FeedbackStore | None = None
+        self.ingest: FeedbackIngest | None = None
+        self._purge_task: asyncio.Task[None] | None = None
+
+    async def ensure_started(self) -> FeedbackIngest:
+        async with self._lock:
+            if self.ingest is not None:
+                return self.ingest
+            s = self.settings
+            pool = AsyncConnectionPool(
+                s.pg_dsn, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
+            )
+            await pool.open(wait=True, timeout=60)
+            self.pool = pool
+            self.store = FeedbackStore(
+                pool,
+                group_id=deliverability.feedback_app_id(s),
+                topic=s.topic_mail_events,
+                thresholds=deliverability.thresholds(s),
+            )
+            registry = registry_client(s.schema_registry_url)
+            self.ingest = FeedbackIngest(
+                store=self.store,
+                ses_codec=AvroCodec(registry, "ses_event"),
+                unsubscribed_codec=AvroCodec(registry, "unsubscribed"),
+                dlq=DeadLetterProducer(s.kafka_bootstrap, s.topic_dlq),
+            )
+            self._purge_task = asyncio.create_task(self._purge_loop(), name="feedback-purge")
+            return self.ingest
+
+    async def offsets(self, topic: str, partitions: list[int]) -> Mapping[int, int]:
+        await self.ensure_started()
+        assert self.store is not None
+        if topic != self.store.topic:
+            return {}
+        return await self.store.ensure_and_load_offsets(partitions)
+
+    async def _purge_loop(self) -> None:
+        while True:
+            try:
+                horizon = time.time() - self.settings.feedback_dedupe_retention_s
+                assert self.store is not None
+                purged = await self.store.purge_seen(datetime.fromtimestamp(horizon, tz=UTC))
+                if purged:
+                    log.info("purged %d feedback dedupe ids", purged)
+            except Exception as exc:  # housekeeping never takes the worker down
+                log.warning("feedback purge failed: %s", exc)
+            await asyncio.sleep(PURGE_EVERY_S)
+
+    async def stop(self) -> None:
+        if self._purge_task is not None:
+            self._purge_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._purge_task
+        if self.pool is not None:
+            await self.pool.close()
+
+
+class FeedbackApp(faust.App):  # type: ignore[misc,unused-ignore]
+    runtime: FeedbackRuntime
+    offset_source: Any
+    managed_topics: set[str]
+
+
+def create_feedback_app(settings: Settings) -> FeedbackApp:
+    faust_offsets.register()
+    app_id = deliverability.feedback_app_id(settings)
+    app = FeedbackApp(
+        app_id,
+        broker=f"{faust_offsets.SCHEME}://{settings.kafka_bootstrap}",
+        value_serializer="raw",
+        key_serializer="raw",
+        store="memory://",
+        topic_partitions=settings.order_events_partitions,
+        topic_allow_declare=False,
+        topic_disable_leader=True,
+        consumer_auto_offset_reset="earliest",
+        web_enabled=False,
+        broker_commit_every=1000,
+        broker_commit_interval=5.0,
+        broker_session_timeout=settings.group_session_timeout_s,
+        broker_heartbeat_interval=max(0.5, settings.group_session_timeout_s / 10),
+        broker_rebalance_timeout=settings.group_rebalance_timeout_s,
+        producer_linger_ms=5,
+        datadir=str(settings.state_dir / "faust" / app_id),
+    )
+    runtime = FeedbackRuntime(settings)
+    app.runtime = runtime
+    app.offset_source = runtime.offsets
+    app.managed_topics = {settings.topic_mail_events}
+
+    mail_events = app.topic(
+        settings.topic_mail_events,
+        partitions=settings.order_events_partitions,
+        value_serializer="raw",
+        key_serializer="raw",
+        internal=False,
+    )
+
+    @app.agent(mail_events, name="feedback")
+    async def feedback(stream: faust.StreamT[bytes]) -> AsyncIterator[None]:
+        ingest = await runtime.ensure_started()
+        async for events in stream.take_events(  # type: ignore[attr-defined,unused-ignore]
+            TAKE_MAX, within=TAKE_WITHIN_S
+        ):
+            try:
+                await ingest.handle([e.message for e in events])
+            except Exception:
+                # take_events() acked the batch already: crash, the stored offsets make the
+                # restart exact (design §4).
+                log.exception("feedback batch failed; stopping the worker")
+                app._crash(RuntimeError("feedback batch failed"))
+                raise
+            yield None
+
+    @app.on_before_shutdown.connect  # type: ignore[misc,arg-type,unused-ignore]
+    async def _stop_runtime(app: faust.App, **kwargs: Any) -> None:
+        await runtime.stop()
+
+    return app
+
+
+def run_feedback_worker(settings: Settings, loglevel: str) -> int:
+    """`flashsend worker --role feedback`."""
+    from faust.worker import Worker
+
+    deliverability.thresholds(settings)  # refuse nonsense thresholds before joining the group
+    ensure_mail_topics(settings)
+    (settings.state_dir / "faust").mkdir(parents=True, exist_ok=True)
+    app = create_feedback_app(settings)
+    worker = Worker(
+        app,
+        loglevel=loglevel,
+        quiet=True,
+        redirect_stdouts=False,
+        workdir=str(settings.state_dir / "faust"),
+    )
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    worker.execute_from_commandline()
+    return 0  # not reached

@@ -1,0 +1,152 @@
+"""The feedback agent's batch handler: mail.events records → effects → one transaction.
+
+mail.events is shared. The `flashsend.schema` header says whose a record is:
+- `ses_event` (the SNS webhook) and `unsubscribed` (the webhook's outbox) are ours: decoded,
+  turned into effects (pure, `streams.feedback_logic`); one of ours that cannot be decoded goes
+  to the DLQ at once (a poison record must not block the partition);
+- anything else — the transactional mail service's `mail_lifecycle` events, or a schema added
+  later by someone else — is not ours: skipped and counted, never dead-lettered. Its offset still
+  advances with the batch.
+
+A database or DLQ outage is retried here with backoff and jitter, never acknowledged past: the
+offsets only move with the effects (Faust acks the batch whatever happens, so giving up would
+skip it; see design §4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
+from schemas.serde import AvroCodec, SerdeError
+from sinks.feedback_store import ApplyOutcome, FeedbackStore
+from sinks.recipient_store import PartitionSpan, StoreUnavailable
+from streams.backoff import backoff_delay
+from streams.feedback_logic import FeedbackEffect, ses_effect, unsubscribe_effect
+from streams.mail_ingest import Record
+
+log = logging.getLogger("flashsend.feedback")
+
+SCHEMA_HEADER = "flashsend.schema"
+
+
+def header(rec: Any, name: str) -> str | None:
+    """A header of a consumed record (Faust gives a list of pairs or a mapping)."""
+    headers = getattr(rec, "headers", None) or []
+    items = headers.items() if hasattr(headers, "items") else headers
+    for key, value in items:
+        if key == name and value is not None:
+            return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+    return None
+
+
+class FeedbackIngest:
+    def __init__(
+        self,
+        *,
+        store: FeedbackStore,
+        ses_codec: AvroCodec,
+        unsubscribed_codec: AvroCodec,
+        dlq: DeadLetterProducer,
+        retry_cap_s: float = 5.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.decoders: dict[str, tuple[AvroCodec, Callable[[Any], FeedbackEffect]]] = {
+            "ses_event": (ses_codec, ses_effect),
+            "unsubscribed": (unsubscribed_codec, unsubscribe_effect),
+        }
+        self.dlq = dlq
+        self.retry_cap_s = retry_cap_s
+        self.rng = rng or random.Random()
+        self.stats: Counter[str] = Counter()
+
+    def parse(self, rec: Record) -> FeedbackEffect | DeadLetter | None:
+        """The record's effect; a DeadLetter for our own unreadable ones; None: not ours."""
+        schema = header(rec, SCHEMA_HEADER)
+        decoder = self.decoders.get(schema or "")
+        if decoder is None:
+            self.stats[f"skipped:{schema or 'no_header'}"] += 1
+            return None
+        codec, effect = decoder
+        try:
+            return effect(codec.decode(rec.value))
+        except SerdeError as exc:
+            reason, detail = exc.reason, str(exc)
+        except (KeyError, TypeError, ValueError) as exc:
+            reason, detail = "bad_record", f"{type(exc).__name__}: {exc}"
+        return DeadLetter(rec.topic, rec.partition, rec.offset, rec.key, rec.value, reason, detail)
+
+    async def handle(self, records: Sequence[Record]) -> ApplyOutcome | None:
+        """Process one consumed batch; returns only once its effects are committed."""
+        if not records:
+            return None
+        spans: dict[int, PartitionSpan] = {}
+        effects: dict[int, list[FeedbackEffect]] = {}
+        dead: list[DeadLetter] = []
+        for rec in records:
+            span = spans.get(rec.partition)
+            spans[rec.partition] = PartitionSpan(
+                rec.partition,
+                rec.offset if span is None else min(span.first_offset, rec.offset),
+                rec.offset if span is None else max(span.last_offset, rec.offset),
+            )
+            parsed = self.parse(rec)
+            if isinstance(parsed, DeadLetter):
+                log.warning(
+                    "poison feedback record to DLQ: partition=%s offset=%s reason=%s %s",
+                    rec.partition,
+                    rec.offset,
+                    parsed.reason,
+                    parsed.detail,
+                )
+                dead.append(parsed)
+            elif parsed is not None:
+                effects.setdefault(rec.partition, []).append(parsed)
+        if dead:
+            await self._retry(self.dlq.publish, dead)
+            self.stats["dead"] += len(dead)
+        outcome: ApplyOutcome = await self._retry(self.store.apply, list(spans.values()), effects)
+        self._account(outcome)
+        return outcome
+
+    def _account(self, outcome: ApplyOutcome) -> None:
+        self.stats["applied"] += outcome.fresh
+        self.stats["suppressed"] += outcome.suppressed
+        if outcome.fenced_partitions:
+            self.stats["fenced"] += len(outcome.fenced_partitions)
+            log.warning("fenced partitions %s: already processed", outcome.fenced_partitions)
+        for campaign_id, reason in outcome.paused:
+            self.stats["paused"] += 1
+            log.warning("ALERT campaign %s paused automatically: %s", campaign_id, reason)
+        for campaign_id, status, reason in outcome.over_threshold:
+            if self.stats[f"alerted:{campaign_id}"] == 0:
+                log.warning(
+                    "ALERT campaign %s (%s) is over a threshold: %s", campaign_id, status, reason
+                )
+            self.stats[f"alerted:{campaign_id}"] += 1
+
+    async def _retry(self, fn: Callable[..., Any], *args: Any) -> Any:
+        attempt = 0
+        while True:
+            try:
+                return await fn(*args)
+            except (StoreUnavailable, DeadLetterFailed) as exc:
+                attempt += 1
+                self.stats["retries"] += 1
+                delay = backoff_delay(
+                    min(attempt, 10), base=0.1, cap=self.retry_cap_s, rng=self.rng
+                )
+                log.warning(
+                    "%s failed (attempt %d), retrying in %.2fs: %s",
+                    getattr(fn, "__name__", fn),
+                    attempt,
+                    delay,
+                    exc,
+                )
+                await asyncio.sleep(delay)

@@ -1,0 +1,222 @@
+"""Control and faults on the real stack: pause/resume/cancel, reconcile, poison records, SES
+faults. Each is judged by the SES stand-in's own record (duplicates, acceptance times)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+from confluent_kafka import Producer
+
+from flashsend.settings import Settings
+from flashsend.workers import WorkerPool
+from producers.campaign import requeue_pending, start_campaign
+from producers.dlq import read_dead_letters
+from producers.reconcile import Reconciler
+from schemas.serde import AvroCodec, registry_client
+from sinks.campaign_store import CampaignStore
+from sinks.users import seed_users
+from tests.integration.campaign_helpers import (
+    admin,
+    new_campaign,
+    stats,
+    statuses,
+    wait_finished,
+)
+
+
+def _wait_sent(settings: Settings, cid: int, at_least: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while statuses(settings, cid).get("sent", 0) < at_least:
+        assert time.monotonic() < deadline, statuses(settings, cid)
+        time.sleep(0.1)
+
+
+def _transition(settings: Settings, cid: int, status: str) -> None:
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        CampaignStore(conn).transition(cid, status, f"test {status}")
+
+
+def test_pause_stops_calls_within_a_second_and_resume_loses_nothing(settings: Settings) -> None:
+    seed_users(settings.pg_dsn, 8_000)
+    cid = new_campaign(settings, rate=1_200)
+    other = new_campaign(settings, rate=600, name="other")
+    pool = WorkerPool(settings, settings.state_dir / f"logs-{cid}")
+    pool.start(1)
+    try:
+        start_campaign(settings, cid)
+        start_campaign(settings, other)
+        _wait_sent(settings, cid, 1_000)
+        _transition(settings, cid, "paused")
+        time.sleep(0.25)  # what `flashsend campaign pause` waits: two campaign-poll intervals
+        returned_at = time.time()
+        time.sleep(2.0)
+        late = [
+            m
+            for m in admin(settings).messages(campaign=str(cid), limit=5000)
+            if m["time"] > returned_at
+        ]
+        late_calls = {round(m["time"], 3) for m in late}
+        # at most the call already in flight per lane (12 partitions) after the command returned
+        assert len(late_calls) <= 12, late_calls
+        paused_sent = statuses(settings, cid).get("sent", 0)
+        # the other campaign keeps going while this one is paused
+        other_before = statuses(settings, other).get("sent", 0)
+        time.sleep(1.5)
+        assert statuses(settings, other).get("sent", 0) > other_before
+        assert statuses(settings, cid).get("sent", 0) == paused_sent
+        _transition(settings, cid, "sending")
+        requeue_pending(settings, cid)
+        wait_finished(settings, cid, pool, timeout=120)
+        wait_finished(settings, other, pool, timeout=120)
+    finally:
+        pool.stop()
+    st = statuses(settings, cid)
+    assert st.get("pending", 0) == 0 and st.get("sending", 0) == 0
+    assert st.get("unknown", 0) == 0
+    s = stats(settings, cid)
+    assert s["duplicates"] == 0 and s["accepted"] == st["sent"]
+
+
+def test_cancel_turns_pending_into_cancelled(settings: Settings) -> None:
+    seed_users(settings.pg_dsn, 4_000)
+    cid = new_campaign(settings, rate=500)
+    pool = WorkerPool(settings, settings.state_dir / f"logs-{cid}")
+    pool.start(1)
+    try:
+        start_campaign(settings, cid)
+        _wait_sent(settings, cid, 200)
+        _transition(settings, cid, "cancelled")
+        time.sleep(2)
+        sent_after_cancel = statuses(settings, cid).get("sent", 0)
+        time.sleep(1.5)
+        st = statuses(settings, cid)
+    finally:
+        pool.stop()
+    assert st.get("pending", 0) == 0
+    assert st.get("cancelled", 0) > 1_000
+    assert st.get("sent", 0) == sent_after_cancel
+    assert stats(settings, cid)["accepted"] == st.get("sent", 0)
+
+
+def test_reconcile_expires_leases_and_reproduces_lost_doorbells(settings: Settings) -> None:
+    # The workers' own reconcile timer is switched off: this test drives reconcile by hand,
+    # three at once.
+    settings = settings.model_copy(update={"reconcile_interval_s": 3600.0})
+    seed_users(settings.pg_dsn, 1_500)
+    cid = new_campaign(settings)
+    # Snapshot, then pretend the doorbells were lost: produce only a third of them.
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE campaigns SET status = 'snapshotting' WHERE id = %s", (cid,))
+        from producers.campaign import snapshot
+
+        snapshot(conn, cid, settings.audience_condition)
+        conn.execute(
+            "UPDATE campaign_recipients SET status = 'sending', claimed_at = now() - "
+            "interval '1 hour' WHERE campaign_id = %s AND seq <= 20",
+            (cid,),
+        )
+        conn.execute("UPDATE campaigns SET produced_at = now() WHERE id = %s", (cid,))
+    from producers.topics import ensure_topics
+
+    ensure_topics(settings.kafka_bootstrap, {settings.topic_recipients: settings.partitions})
+    pool = WorkerPool(settings, settings.state_dir / f"logs-{cid}")
+    pool.start(1)
+    try:
+        time.sleep(8)  # the worker consumes nothing: every doorbell of this campaign is "lost"
+        assert statuses(settings, cid).get("sent", 0) == 0
+        results: list[object] = []
+        threads = [
+            threading.Thread(
+                target=lambda: results.append(Reconciler(settings).reconcile(cid, lease_s=60))
+            )
+            for _ in range(3)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wait_finished(settings, cid, pool, timeout=90)
+    finally:
+        pool.stop()
+    st = statuses(settings, cid)
+    assert st.get("unknown") == 20, st  # expired leases: never resent
+    assert st.get("pending", 0) == 0
+    s = stats(settings, cid)
+    assert s["duplicates"] == 0 and s["accepted"] == st["sent"]
+    assert (
+        Reconciler(settings).reconcile(cid).done
+        or CampaignStore(psycopg.connect(settings.pg_dsn, autocommit=True)).status(cid) == "done"
+    )
+
+
+def test_poison_records_go_to_the_dlq_and_the_partition_keeps_flowing(settings: Settings) -> None:
+    seed_users(settings.pg_dsn, 600)
+    cid = new_campaign(settings)
+    from producers.topics import ensure_topics
+
+    ensure_topics(
+        settings.kafka_bootstrap,
+        {settings.topic_recipients: settings.partitions, settings.topic_dlq: 1},
+    )
+    codec = AvroCodec(registry_client(settings.schema_registry_url), "campaign_recipient")
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap})
+    for partition in range(settings.partitions):
+        producer.produce(settings.topic_recipients, b"definitely not avro", partition=partition)
+    producer.produce(settings.topic_recipients, b"\x00\x00\x00\x7f\xffgarbage", partition=0)
+    producer.produce(
+        settings.topic_recipients,
+        codec.encode({"campaign_id": 999_999_999_999, "seq": 1, "user_id": 1, "produced_at_ms": 0}),
+        partition=1,
+    )
+    assert producer.flush(30) == 0
+    pool = WorkerPool(settings, settings.state_dir / f"logs-{cid}")
+    pool.start(1)
+    try:
+        start_campaign(settings, cid)
+        wait_finished(settings, cid, pool, timeout=90)
+    finally:
+        pool.stop()
+    letters = read_dead_letters(settings.kafka_bootstrap, settings.topic_dlq, limit=100)
+    reasons = sorted(str(d["reason"]) for d in letters)
+    assert reasons.count("not_avro") >= settings.partitions
+    assert "unknown_schema_id" in reasons
+    assert "unknown_campaign" in reasons
+    assert stats(settings, cid)["duplicates"] == 0
+
+
+def test_ses_throttling_and_transient_failures_are_retried_hangs_become_unknown(
+    settings: Settings,
+) -> None:
+    seed_users(settings.pg_dsn, 3_000)
+    ses = admin(settings)
+    flaky = settings.model_copy(update={"ses_timeout_s": 1.0})
+    cid = new_campaign(flaky)
+    pool = WorkerPool(flaky, flaky.state_dir / "logs-faults")
+    before = ses.faults()
+    ses.set_faults(p429=0.05, p_transient=0.05, p_hang=0.03, latency_ms=5, jitter_ms=20)
+    pool.start(1)
+    try:
+        start_campaign(flaky, cid)
+        deadline = time.monotonic() + 180
+        while statuses(flaky, cid).get("pending", 0) > 0:
+            assert time.monotonic() < deadline, statuses(flaky, cid)
+            time.sleep(0.3)
+        time.sleep(3)
+    finally:
+        ses.set_faults(
+            p429=before["p429"],
+            p_transient=before["p_transient"],
+            p_hang=before["p_hang"],
+            latency_ms=before["latency_ms"],
+            jitter_ms=before["jitter_ms"],
+        )
+        pool.stop()
+    st = statuses(flaky, cid)
+    s = stats(flaky, cid)
+    assert s["duplicates"] == 0
+    assert st.get("failed", 0) == 0, "throttles and transient failures must be retried"
+    assert st.get("unknown", 0) > 0, "hung calls must end unknown"
+    # a hung call was accepted by SES: never retried, so accepted = sent + (unknown that went out)
+    assert st["sent"] <= s["accepted"] <= st["sent"] + st.get("unknown", 0)
