@@ -84,7 +84,10 @@ def run_chaos(base: Settings, options: ChaosOptions, log: Any = print) -> dict[s
     ses.set_faults(p_hang=options.ses_hang_rate)
     stats_before: dict[str, Any] = dict(ses.stats())
     hung_before = int(stats_before.get("hung_recipients", 0))
-    campaign_id = create_campaign(settings, name=f"chaos-{int(time.time())}", rate=options.rate)
+    audience = f"({settings.audience_condition}) AND u.id <= {int(options.users)}"
+    campaign_id = create_campaign(
+        settings, name=f"chaos-{int(time.time())}", rate=options.rate, audience=audience
+    )
     pool = WorkerPool(settings, settings.state_dir / "logs" / f"chaos-{campaign_id}")
     pool.start(options.workers)
     counters = {

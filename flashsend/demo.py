@@ -67,7 +67,11 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
     SesSender(make_client(settings, timeout=10)).put_template(
         DEFAULT_TEMPLATE, DEFAULT_SUBJECT, DEFAULT_HTML, DEFAULT_TEXT
     )
-    campaign_id = create_campaign(settings, name=f"demo-{int(time.time())}", rate=options.rate)
+    # The audience is the first N users, so --users means the same on a bigger database.
+    audience = f"({settings.audience_condition}) AND u.id <= {int(options.users)}"
+    campaign_id = create_campaign(
+        settings, name=f"demo-{int(time.time())}", rate=options.rate, audience=audience
+    )
     pool = WorkerPool(settings, settings.state_dir / "logs")
     pool.start(options.workers)
     began = time.monotonic()
