@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -39,9 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command != "worker":
+        # SIGTERM (timeout, kill) must run the `finally` blocks that stop spawned workers.
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         result = args.func(args)
     except FlashsendError as exc:

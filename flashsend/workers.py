@@ -39,16 +39,32 @@ class WorkerPool:
     settings: Settings
     log_dir: Path
     loglevel: str = "warning"
+    role: str = "campaign"  # `flashsend worker --role` (feedback: issue 5)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     max_rss_mb: float = 0.0
     started: int = 0
 
     def spawn(self) -> subprocess.Popen[bytes]:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **settings_env(self.settings), "PYTHONUNBUFFERED": "1"}
-        log = open(self.log_dir / f"worker-{self.started}.log", "ab")  # noqa: SIM115
+        env = {
+            **os.environ,
+            **settings_env(self.settings),
+            "PYTHONUNBUFFERED": "1",
+            "FLASHSEND_WORKER_EXIT_WITH_PARENT": "true",
+        }
+        name = "worker" if self.role == "campaign" else f"{self.role}-worker"
+        log = open(self.log_dir / f"{name}-{self.started}.log", "ab")  # noqa: SIM115
         proc = subprocess.Popen(
-            [sys.executable, "-m", "flashsend.cli", "worker", "--loglevel", self.loglevel],
+            [
+                sys.executable,
+                "-m",
+                "flashsend.cli",
+                "worker",
+                "--loglevel",
+                self.loglevel,
+                "--role",
+                self.role,
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,

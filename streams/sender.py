@@ -117,7 +117,7 @@ class Lane:
         """Wait until n more rows fit. Called BEFORE claiming, so rows are never claimed (and
         left 'sending' by a crash) faster than this lane can send them."""
         capacity = self._sender.config.lane_capacity
-        while self._rows and len(self._rows) + n > capacity:
+        while self._rows and len(self._rows) + n > capacity and not self.revoked:
             self._has_room.clear()
             await self._has_room.wait()
 
@@ -151,6 +151,8 @@ class Lane:
 
     async def stop(self) -> None:
         """Release rows that never reached SES (safe: nothing was sent for them)."""
+        self.revoked = True  # wakes an agent waiting for room; later puts are released
+        self._has_room.set()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
