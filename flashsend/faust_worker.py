@@ -35,7 +35,7 @@ def _exit_when_orphaned(parent: int, poll_s: float = 1.0) -> None:
     threading.Thread(target=run, name="orphan-watchdog", daemon=True).start()
 
 
-class BoundedShutdownWorker(Worker):  # type: ignore[misc]
+class BoundedShutdownWorker(Worker):  # type: ignore[misc,unused-ignore]
     def __init__(
         self, *args: Any, grace_s: float = 20.0, exit_with_parent: bool = False, **kwargs: Any
     ) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import faust
 from psycopg_pool import AsyncConnectionPool
 
-from flashsend import metrics_state
+from flashsend import deliverability, metrics_state
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
 from producers.reconcile import Reconciler
@@ -21,7 +21,6 @@ from sinks.recipient_store import RecipientStore
 from sinks.ses import SesSender, make_client
 from streams import faust_offsets
 from streams.campaign_state import CampaignCache
-from streams.list_unsubscribe import unsubscribe_headers
 from streams.sender import CampaignSender, SenderConfig
 
 log = logging.getLogger("flashsend.app")
@@ -62,7 +61,7 @@ class Runtime:
                 campaigns=self.campaigns,
                 codec=AvroCodec(registry_client(s.schema_registry_url), "campaign_recipient"),
                 dlq=DeadLetterProducer(s.kafka_bootstrap, s.topic_dlq),
-                headers_for=unsubscribe_headers(s),  # RFC 8058 one-click (issue 5)
+                headers_for=deliverability.unsubscribe_headers(s),  # RFC 8058 one-click (issue 5)
             )
             await asyncio.to_thread(metrics_state.start, s, "campaign")  # /metrics (issue 8)
             return self.sender
@@ -90,28 +89,16 @@ class FlashsendApp(faust.App):
 
 
 def create_app(settings: Settings) -> FlashsendApp:
-    faust_offsets.register()
     app = FlashsendApp(
         settings.app_id,
-        broker=f"{faust_offsets.SCHEME}://{settings.kafka_bootstrap}",
-        value_serializer="raw",
-        key_serializer="raw",
-        store="memory://",
-        topic_partitions=settings.partitions,
-        topic_allow_declare=False,
-        topic_disable_leader=True,
-        consumer_auto_offset_reset="earliest",
-        web_enabled=False,
-        broker_commit_every=1000,
-        # A killed worker must lose its partitions in seconds, not Faust's default minute:
-        # while a dead member is still in the group, every rebalance waits for it.
-        broker_session_timeout=settings.group_session_timeout_s,
-        broker_heartbeat_interval=max(0.5, settings.group_session_timeout_s / 10),
-        broker_rebalance_timeout=settings.group_rebalance_timeout_s,
-        broker_commit_interval=5.0,
-        stream_buffer_maxsize=4096,
-        producer_linger_ms=5,
-        datadir=str(settings.state_dir / "faust" / settings.app_id),
+        **faust_offsets.app_options(
+            settings,
+            settings.app_id,
+            settings.partitions,
+            broker_commit_every=1000,
+            stream_buffer_maxsize=4096,
+            producer_linger_ms=5,
+        ),
     )
     runtime = Runtime(settings)
     app.runtime = runtime

@@ -66,3 +66,30 @@ def register() -> str:
 
 
 register()
+
+
+def app_options(settings: Any, app_id: str, partitions: int, **overrides: Any) -> dict[str, Any]:
+    """Faust settings shared by every flashsend app (campaign sender, mail service, feedback):
+    our offset-seeking transport, raw bytes (we decode ourselves so poison goes to the DLQ),
+    no topic declaration, and group timeouts short enough that a killed worker loses its
+    partitions in seconds rather than Faust's default minute (while a dead member is still
+    in the group, every rebalance waits for it)."""
+    register()
+    options: dict[str, Any] = {
+        "broker": f"{SCHEME}://{settings.kafka_bootstrap}",
+        "value_serializer": "raw",
+        "key_serializer": "raw",
+        "store": "memory://",
+        "topic_partitions": partitions,
+        "topic_allow_declare": False,
+        "topic_disable_leader": True,
+        "consumer_auto_offset_reset": "earliest",
+        "web_enabled": False,
+        "broker_session_timeout": settings.group_session_timeout_s,
+        "broker_heartbeat_interval": max(0.5, settings.group_session_timeout_s / 10),
+        "broker_rebalance_timeout": settings.group_rebalance_timeout_s,
+        "broker_commit_interval": 5.0,
+        "datadir": str(settings.state_dir / "faust" / app_id),
+    }
+    options.update(overrides)
+    return options

@@ -212,22 +212,15 @@ class MailApp(faust.App):  # type: ignore[misc,unused-ignore]
 
 
 def create_mail_app(settings: Settings) -> MailApp:
-    faust_offsets.register()
     app = MailApp(
         settings.mail_app_id,
-        broker=f"{faust_offsets.SCHEME}://{settings.kafka_bootstrap}",
-        value_serializer="raw",
-        key_serializer="raw",
-        store="memory://",
-        topic_partitions=settings.order_events_partitions,
-        topic_allow_declare=False,
-        topic_disable_leader=True,
-        consumer_auto_offset_reset="earliest",
-        web_enabled=False,
-        broker_commit_every=100,
-        broker_commit_interval=5.0,
-        producer_linger_ms=1,
-        datadir=str(settings.state_dir / "faust" / settings.mail_app_id),
+        **faust_offsets.app_options(
+            settings,
+            settings.mail_app_id,
+            settings.order_events_partitions,
+            broker_commit_every=100,
+            producer_linger_ms=1,
+        ),
     )
     runtime = MailRuntime(settings)
     app.runtime = runtime
@@ -272,14 +265,16 @@ def create_mail_app(settings: Settings) -> MailApp:
 
 
 def run_mail_worker(settings: Settings, loglevel: str) -> int:
-    from faust.worker import Worker
+    from flashsend.faust_worker import BoundedShutdownWorker
 
     check_mail_settings(settings)
     ensure_mail_topics(settings)
     (settings.state_dir / "faust").mkdir(parents=True, exist_ok=True)
     app = create_mail_app(settings)
-    worker = Worker(
+    worker = BoundedShutdownWorker(
         app,
+        grace_s=settings.worker_shutdown_grace_s,
+        exit_with_parent=settings.worker_exit_with_parent,
         loglevel=loglevel,
         quiet=True,
         redirect_stdouts=False,
