@@ -21,6 +21,7 @@ demo: setup
 	$(BIN)/flashsend demo $(DEMO_ARGS)
 
 test: setup lint
+	$(BIN)/flashsend schemas check --offline
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-unit: $(STAMP)

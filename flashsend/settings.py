@@ -15,6 +15,8 @@ from pydantic import SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "FLASHSEND_"
+# Deliverability (issue 5): a well-known key, refused when sending through real Amazon SES.
+LOCAL_UNSUBSCRIBE_KEYS = "local:Zmxhc2hzZW5kLWxvY2FsLW9ubHktdW5zdWJzY3JpYmU="
 
 
 class Settings(BaseSettings):
@@ -23,7 +25,7 @@ class Settings(BaseSettings):
     state_dir: Path = Path(".flashsend")
     # Downloads (Kafka jars) shared by every state dir, so test stacks reuse them.
     cache_dir: Path = Path(".flashsend/cache")
-    local_services: tuple[str, ...] = ("kafka", "postgres", "ses")
+    local_services: tuple[str, ...] = ("kafka", "postgres", "ses", "registry", "webhook")
 
     # Kafka (local broker: ports below; external: set kafka_bootstrap).
     kafka_port: int = 19092
@@ -46,7 +48,9 @@ class Settings(BaseSettings):
     ses_max_send_rate: int = 20000
     ses_latency_ms: int = 0
 
-    schema_registry_url: str = "mock://flashsend"
+    # Empty: the local registry (Confluent API of Apicurio) when "registry" is a local service,
+    # else confluent-kafka's in-process mock://. Set it to use an external registry.
+    schema_registry_url: str = ""
 
     # Topics and consumer groups (tests give each test its own).
     topic_recipients: str = "campaign.recipients"
@@ -72,6 +76,8 @@ class Settings(BaseSettings):
     lease_s: float = 120.0  # > the longest possible call with its retries
     reconcile_interval_s: float = 5.0
     group_session_timeout_s: float = 10.0
+    worker_shutdown_grace_s: float = 20.0  # hard exit this long after SIGTERM
+    worker_exit_with_parent: bool = False  # set for workers spawned by demo/chaos/bench/tests
     group_rebalance_timeout_s: float = 20.0
 
     # Transactional mail (issue 6) — docs/transactional.md explains each knob.
@@ -100,6 +106,31 @@ class Settings(BaseSettings):
     relay_max_failures: int = 10  # message-specific publish failures before `dead`
     relay_backoff_cap_s: float = 30.0
 
+    # Operations (issue 8) — docs/operations.md: schema registry, replay, metrics, logs.
+    registry_port: int = 18081  # local Apicurio Registry (loopback only)
+    registry_heap_mb: int = 384
+    registry_java: str = ""  # a java >= 21 for the registry; empty: newest found on this machine
+    # Per-subject level set by `schemas register` and used by the offline check. FULL, not only
+    # BACKWARD: in a rolling deploy old consumers read new records too (global rule: BACKWARD).
+    schema_compatibility: str = "FULL"
+    metrics_port: int = 0  # /metrics of workers and relay: 0 = off, -1 = any free port (logged)
+    metrics_host: str = "127.0.0.1"
+    log_format: str = "text"  # text | json (one JSON object per line, message fields as keys)
+    operator: str = ""  # who runs replay/dlq commands (audit); empty: the login name
+
+    # Deliverability (issue 5) — docs/deliverability.md explains each knob.
+    webhook_port: int = 14567
+    webhook_public_url: str = ""  # base of List-Unsubscribe URLs; empty: http://127.0.0.1:PORT
+    sns_topic_arns: tuple[str, ...] = ("arn:aws:sns:us-east-1:000000000000:flashsend-ses-events",)
+    sns_cert_authority: str = ""  # host:port of a local signer; empty: see feedback_config.py
+    unsubscribe_keys: SecretStr = SecretStr(LOCAL_UNSUBSCRIBE_KEYS)  # "kid:base64,…", 1st current
+    feedback_app_id: str = ""  # Faust app id = consumer group; empty: "{app_id}-feedback"
+    feedback_complaint_threshold: float = 0.001  # pause when complaints/sent exceeds this …
+    feedback_bounce_threshold: float = 0.05  # … or hard bounces/sent exceeds this …
+    feedback_min_sample: int = 10_000  # … once this many messages were sent
+    feedback_dedupe_retention_s: float = 8 * 86400.0  # > mail.events retention (replays)
+    webhook_publish_timeout_s: float = 10.0  # broker ack wait before answering SNS 503
+
     @model_validator(mode="after")
     def _fill_local_endpoints(self) -> Settings:
         # Frozen model: defaults that depend on other fields are filled once, here.
@@ -110,6 +141,11 @@ class Settings(BaseSettings):
             object.__setattr__(self, "pg_dsn", dsn)
         if self.ses_endpoint is None:
             object.__setattr__(self, "ses_endpoint", f"http://127.0.0.1:{self.ses_port}")
+        if not self.schema_registry_url:  # operations (issue 8)
+            url = "mock://flashsend"
+            if "registry" in self.local_services:
+                url = f"http://127.0.0.1:{self.registry_port}/apis/ccompat/v7"
+            object.__setattr__(self, "schema_registry_url", url)
         if not self.orders_pg_dsn:  # transactional mail (issue 6)
             dsn = make_conninfo(self.pg_dsn, dbname=self.orders_database)
             object.__setattr__(self, "orders_pg_dsn", dsn)

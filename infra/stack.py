@@ -17,6 +17,8 @@ from infra.kafka import KafkaBroker
 from infra.migrate import apply_migrations
 from infra.postgres import PostgresServer
 from infra.process import ManagedProcess, port_open, require_free_port, wait_until
+from infra.registry import SchemaRegistry
+from infra.webhook_service import WebhookService
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,8 @@ class Stack:
         self.kafka = KafkaBroker(settings)
         self.postgres = PostgresServer(settings)
         self.ses = SesStandin(settings)
+        self.registry = SchemaRegistry(settings)  # operations (issue 8)
+        self.webhook = WebhookService(settings)  # deliverability (issue 5)
 
     def _services(self) -> list[tuple[str, Callable[[], float], Callable[[], bool]]]:
         wanted = self.settings.local_services
@@ -100,6 +104,8 @@ class Stack:
             ("postgres", self.postgres.start, self.postgres.stop),
             ("kafka", self.kafka.start, self.kafka.stop),
             ("ses", self.ses.start, self.ses.stop),
+            ("registry", self.registry.start, self.registry.stop),
+            ("webhook", self.webhook.start, self.webhook.stop),  # after ses: it subscribes
         ]
         return [entry for entry in table if entry[0] in wanted]
 
@@ -138,4 +144,14 @@ class Stack:
             ServiceStatus("kafka", self.kafka.ready(), s.kafka_bootstrap),
             ServiceStatus("postgres", self.postgres.ready(), s.pg_dsn),
             ServiceStatus("ses", self.ses.ready(), s.ses_endpoint or "real Amazon SES"),
+            *(
+                [ServiceStatus("registry", self.registry.ready(), s.schema_registry_url)]
+                if "registry" in s.local_services
+                else []
+            ),
+            *(
+                [ServiceStatus("webhook", self.webhook.ready(), self.webhook.endpoint)]
+                if "webhook" in s.local_services and self.webhook.ever_started()
+                else []
+            ),
         ]

@@ -16,6 +16,7 @@ import psycopg
 from confluent_kafka import KafkaException, Producer
 from psycopg import sql
 
+from flashsend.deliverability import check_separation
 from flashsend.errors import FlashsendError, NotFound, UsageError
 from flashsend.settings import Settings
 from producers.topics import ensure_topics
@@ -42,10 +43,16 @@ class StartResult:
     already_started: bool
 
 
-def preflight(settings: Settings, template: str, rate: float) -> float:
+def preflight(settings: Settings, template: str, rate: float, committed: float = 0.0) -> float:
     """Refuse before anything is written: the template must exist in SES and the rate must fit
-    the account's MaxSendRate minus the reserve kept for transactional mail. Returns the rate
-    to use: an unlimited campaign (0) is capped at that budget when the account has one."""
+    the account's MaxSendRate minus the reserve kept for transactional mail, minus `committed`
+    (the limits of the other live campaigns: two campaigns at the full budget would eat the
+    reserve). Returns the rate to use: an unlimited campaign (0) is capped at what is left
+    when the account has a limit."""
+    try:  # deliverability (issue 5): marketing and transactional never share a config set
+        check_separation(settings)
+    except FlashsendError as exc:
+        raise PreflightFailed(str(exc)) from exc
     ses = SesSender(make_client(settings, timeout=10))
     try:
         if not ses.template_exists(template):
@@ -60,7 +67,13 @@ def preflight(settings: Settings, template: str, rate: float) -> float:
     reserve = settings.transactional_reserve
     if max_rate <= 0:
         return rate
-    budget = max_rate - reserve
+    budget = max_rate - reserve - committed
+    if budget <= 0 and committed > 0:
+        raise PreflightFailed(
+            f"the SES account's MaxSendRate {max_rate:g}/s minus the {reserve:g}/s reserved for "
+            f"transactional mail is taken by other live campaigns ({committed:g}/s): wait for "
+            "them, or lower their rate"
+        )
     if budget <= 0:
         raise PreflightFailed(
             f"the SES account's MaxSendRate {max_rate:g}/s leaves nothing after the {reserve:g}/s "
@@ -71,7 +84,9 @@ def preflight(settings: Settings, template: str, rate: float) -> float:
     if rate > budget:
         raise PreflightFailed(
             f"rate {rate:g}/s exceeds the SES account's MaxSendRate {max_rate:g}/s minus the "
-            f"{reserve:g}/s reserved for transactional mail: use --rate {budget:g} or less"
+            f"{reserve:g}/s reserved for transactional mail"
+            + (f" and the {committed:g}/s of other live campaigns" if committed else "")
+            + f": use --rate {budget:g} or less"
         )
     return rate
 
@@ -187,7 +202,11 @@ def start_campaign(
         template, rate, audience, status, produced_at = row[2], row[5], row[6], row[7], row[13]
         if status == "draft":
             if not skip_preflight:
-                effective = preflight(settings, template, float(rate))
+                committed_row = conn.execute(
+                    query("committed_marketing_rate"), {"id": campaign_id}
+                ).fetchone()
+                committed = float(committed_row[0]) if committed_row else 0.0
+                effective = preflight(settings, template, float(rate), committed)
                 if effective != float(rate):
                     conn.execute(
                         "UPDATE campaigns SET rate_limit = %s WHERE id = %s",

@@ -9,7 +9,18 @@ Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 
 
 def registry() -> list[Register]:
-    from flashsend.commands import campaign, control, demo, mail, stack, worker
+    from flashsend.commands import (  # operations, schemas: issue 8
+        bench,
+        campaign,
+        control,
+        demo,
+        feedback,  # issue 5
+        mail,
+        operations,
+        schemas,
+        stack,
+        worker,
+    )
 
     return [
         stack.register,
@@ -17,5 +28,9 @@ def registry() -> list[Register]:
         control.register,
         worker.register,
         demo.register,
+        bench.register,
         mail.register,
+        feedback.register,  # webhook, feedback status|bench|e2e (issue 5)
+        schemas.register,
+        operations.register,  # after control: adds `dlq show|replay`
     ]

@@ -290,6 +290,9 @@ def cmd_relay(args: argparse.Namespace) -> int:
         print(json.dumps(relay.run_once().__dict__))
         relay.close()
         return 0
+    from flashsend import metrics_state  # /metrics of the relay (issue 8)
+
+    metrics_state.start(settings, "relay" if args.outbox == "orders" else "mail")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

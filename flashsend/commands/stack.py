@@ -30,6 +30,17 @@ def cmd_setup(args: argparse.Namespace) -> int:
     require_java()
     libs = ensure_jars(settings)
     print(f"java ok; kafka {kafka_version()} jars in {libs}")
+    if "registry" in settings.local_services:  # operations (issue 8)
+        from infra.errors import PrerequisiteMissing
+        from infra.registry import ensure_app, find_java, registry_version
+
+        try:
+            java = find_java(settings.registry_java)
+        except PrerequisiteMissing as exc:  # the rest of the stack works without it
+            print(f"warning: {exc}")
+            return 0
+        jar = ensure_app(settings)
+        print(f"schema registry: apicurio {registry_version()} in {jar.parent} (java: {java})")
     return 0
 
 
@@ -43,6 +54,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"  kafka     {settings.kafka_bootstrap}")
     print(f"  postgres  {settings.pg_dsn}")
     print(f"  ses       {settings.ses_endpoint_url or 'real Amazon SES'}")
+    print(f"  registry  {settings.schema_registry_url}")
     print(f"start seconds: {json.dumps(timings)}")
     return 0
 

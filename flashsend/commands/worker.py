@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from flashsend.logs import logging_config
 from flashsend.settings import load_settings
 
 
@@ -19,21 +20,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--loglevel", default="warning", help="debug|info|warning|error")
     p.add_argument(
         "--role",
-        choices=("campaign", "mail", "orders"),
+        choices=("campaign", "mail", "orders", "feedback"),
         default="campaign",
         help="campaign sender (default); mail: the transactional mail service; orders: the "
-        "demo order service's consumer of mail.events (docs/transactional.md)",
+        "demo order service's consumer of mail.events (docs/transactional.md); feedback: SES "
+        "events and unsubscribes → suppressions, counters, auto-pause (docs/deliverability.md)",
     )
     p.set_defaults(func=cmd_worker)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    if args.role == "feedback":  # deliverability (issue 5): mail.events → suppressions
+        from streams.feedback_app import run_feedback_worker
+
+        return run_feedback_worker(load_settings(), args.loglevel)
     if args.role != "campaign":  # transactional mail (issue 6)
         from streams.mail_app import run_role
 
         return run_role(load_settings(), args.role, args.loglevel)
-    from faust.worker import Worker
-
+    from flashsend.faust_worker import BoundedShutdownWorker
     from producers.topics import ensure_topics
     from streams.app import create_app
 
@@ -44,12 +49,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
     )
     (settings.state_dir / "faust").mkdir(parents=True, exist_ok=True)
     app = create_app(settings)
-    worker = Worker(
+    worker = BoundedShutdownWorker(
         app,
+        grace_s=settings.worker_shutdown_grace_s,
+        exit_with_parent=settings.worker_exit_with_parent,
         loglevel=args.loglevel,
         quiet=True,
         redirect_stdouts=False,
         workdir=str(settings.state_dir / "faust"),
+        logging_config=logging_config(settings.log_format, args.loglevel),  # issue 8
     )
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     worker.execute_from_commandline()

@@ -13,6 +13,7 @@ from pathlib import Path
 from aiohttp import web
 
 from infra.ses_standin.account import SesAccount
+from infra.ses_standin.emission import EventEmission
 from infra.ses_standin.faults import FaultConfig
 from infra.ses_standin.server import build_app
 
@@ -58,11 +59,17 @@ def config_from_args(args: argparse.Namespace) -> FaultConfig:
 
 async def serve(args: argparse.Namespace) -> None:
     account = SesAccount(args.state_dir, config_from_args(args), seed=args.seed)
-    runner = web.AppRunner(build_app(account), access_log=None, shutdown_timeout=1.0)
+    # Event publishing (issue 5): SES events as signed SNS POSTs to subscribed webhooks.
+    emission = EventEmission(args.state_dir / "events")
+    account.on_accepted.append(emission.on_accepted)
+    app = build_app(account)
+    emission.register(app)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port, backlog=1024, shutdown_timeout=1.0)
     await site.start()
     host, port = runner.addresses[0][:2]
+    await emission.start(f"http://{host}:{port}")
     log.info("ses_standin_ready url=http://%s:%s state_dir=%s", host, port, args.state_dir)
     # One machine-readable line on stdout, for launchers that pass --port 0.
     print(f"ses-standin listening on http://{host}:{port}", flush=True)

@@ -114,3 +114,9 @@ WITH changed AS (
 SELECT (SELECT count(*) FROM changed) AS changed,
        (SELECT event_id FROM event) AS event_id,
        (SELECT count(*) FROM (SELECT pg_notify('feedback_outbox', '') FROM event) n) AS notified;
+
+-- name: committed_marketing_rate
+-- Campaign preflight (issue 5): the limits of the other campaigns that are, or may resume,
+-- sending. They share the account's MaxSendRate minus the transactional reserve with the new one.
+SELECT coalesce(sum(rate_limit), 0) FROM campaigns
+ WHERE id <> %(id)s AND status IN ('snapshotting', 'sending', 'paused');

@@ -11,7 +11,8 @@ SELECT %(campaign_id)s, row_number() OVER (ORDER BY u.id), u.id, u.email,
                  AND length(u.email) <= 254 THEN NULL ELSE 'invalid_email' END
   FROM users u
  WHERE ({audience})
-   AND NOT EXISTS (SELECT 1 FROM email_suppressions s WHERE s.email = u.email)
+   -- Suppressions are keyed by the normalised address (streams.addresses.normalise_email).
+   AND NOT EXISTS (SELECT 1 FROM email_suppressions s WHERE s.email = lower(btrim(u.email)))
 ON CONFLICT DO NOTHING;
 
 -- name: pending_for_produce
@@ -38,7 +39,7 @@ WITH batch AS (
       JOIN campaign_recipients r ON r.campaign_id = b.campaign_id AND r.seq = b.seq
       JOIN campaigns c ON c.id = r.campaign_id AND c.status = 'sending'
       LEFT JOIN users u ON u.id = r.user_id
-      LEFT JOIN email_suppressions s ON s.email = r.email
+      LEFT JOIN email_suppressions s ON s.email = lower(btrim(r.email))  -- normalised key
      WHERE r.status = 'pending'
 )
 UPDATE campaign_recipients r

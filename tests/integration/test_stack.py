@@ -111,6 +111,8 @@ def test_status_stack_reports_running_services(stack: LocalStack) -> None:
         "FLASHSEND_KAFKA_PORT": str(stack.settings.kafka_port),
         "FLASHSEND_PG_PORT": str(stack.settings.pg_port),
         "FLASHSEND_SES_PORT": str(stack.settings.ses_port),
+        # The test stack runs no schema registry (only test_schema_registry.py starts one).
+        "FLASHSEND_LOCAL_SERVICES": '["kafka", "postgres", "ses"]',
     }
     import os
 

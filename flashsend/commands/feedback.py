@@ -1,0 +1,149 @@
+"""`flashsend webhook`, `flashsend feedback status|subscribe|bench|e2e` (deliverability, issue 5).
+
+See docs/deliverability.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from flashsend.settings import load_settings
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "webhook",
+        help="run the deliverability webhook: SNS events in, RFC 8058 one-click unsubscribe",
+        description="POST /sns receives SES events through SNS (signatures verified, events "
+        "published as Avro on mail.events, 200 only after the broker's ack); GET/POST "
+        "/u/TOKEN is the List-Unsubscribe target. `flashsend up` starts one on "
+        "FLASHSEND_WEBHOOK_PORT and subscribes it at the local SES stand-in.",
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=None, help="default FLASHSEND_WEBHOOK_PORT")
+    p.add_argument("--loglevel", default="info")
+    p.set_defaults(func=cmd_webhook)
+
+    fb = sub.add_parser("feedback", help="bounces, complaints, unsubscribes: status and checks")
+    fsub = fb.add_subparsers(dest="feedback_cmd", required=True, metavar="ACTION")
+    p = fsub.add_parser("status", help="a campaign's feedback counters and automatic pause")
+    p.add_argument("id", type=int)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
+    p = fsub.add_parser(
+        "subscribe",
+        help="subscribe the webhook to the local SES stand-in's event topic (flashsend up "
+        "does it); waits for the confirmation",
+    )
+    p.add_argument("--endpoint", default=None, help="default: FLASHSEND_WEBHOOK_PUBLIC_URL/sns")
+    p.set_defaults(func=cmd_subscribe)
+
+    p = fsub.add_parser(
+        "bench",
+        help="measure webhook throughput (events/s) and the delay complaint → campaign paused",
+        description="Runs its own webhook process (and a feedback worker) against the current "
+        "stack's Kafka and PostgreSQL, in a scratch database and topics.",
+    )
+    p.add_argument("--events", type=int, default=20_000, help="notifications to POST")
+    p.add_argument("--concurrency", type=int, default=64, help="POSTs in flight")
+    p.add_argument("--pauses", type=int, default=5, help="complaint → pause measurements")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench)
+
+    p = fsub.add_parser(
+        "e2e",
+        help="a campaign with injected hard bounces and complaints pauses itself, its "
+        "bounced/complained addresses are suppressed, a second campaign skips them",
+        description="Uses the running stack (SES stand-in included) with a scratch database, "
+        "topics and configuration set; starts its own webhook, campaign and feedback workers.",
+    )
+    p.add_argument("--users", type=int, default=50_000)
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=300.0,
+        help="campaign rate (recipients/s); the feedback loop must keep up with it on this machine",
+    )
+    p.add_argument("--complaints", type=float, default=0.003, help="share of complainers")
+    p.add_argument("--bounces", type=float, default=0.02, help="share of hard bounces")
+    p.add_argument("--min-sample", type=int, default=10_000)
+    p.add_argument("--workers", type=int, default=2, help="campaign worker processes")
+    p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_e2e)
+
+
+def cmd_webhook(args: argparse.Namespace) -> int:
+    from producers.webhook import run_webhook
+
+    settings = load_settings()
+    return run_webhook(settings, args.host, args.port or settings.webhook_port, args.loglevel)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import psycopg
+    from psycopg.rows import dict_row
+
+    from flashsend.errors import NotFound
+    from sinks.queries import query
+
+    settings = load_settings()
+    with psycopg.connect(settings.pg_dsn, autocommit=True, row_factory=dict_row) as conn:
+        row = conn.execute(query("campaign_feedback"), {"campaign_id": args.id}).fetchone()
+    if row is None:
+        raise NotFound(f"no feedback recorded for campaign {args.id}")
+    out: dict[str, Any] = {
+        k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row.items()
+    }
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    base = max(out["sent"], out["delivered"] + out["bounced"]) or 1
+    why = f" ({out['reason']})" if out["reason"] else ""
+    print(
+        f"campaign {args.id}: {out['status']}{why}\n"
+        f"  sent {out['sent']:,}  delivered {out['delivered']:,}  hard bounces {out['bounced']:,} "
+        f"({out['bounced'] / base:.2%})  complaints {out['complained']:,} "
+        f"({out['complained'] / base:.3%})  soft bounces {out['soft_bounced']:,}  "
+        f"unsubscribed {out['unsubscribed']:,}"
+    )
+    return 0
+
+
+def cmd_subscribe(args: argparse.Namespace) -> int:
+    from infra.webhook_service import subscribe_local
+
+    sub = subscribe_local(load_settings(), endpoint=args.endpoint)
+    print(f"subscribed {sub['endpoint']} to {sub['topic_arn']}: {sub['status']}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from flashsend.feedback_bench import BenchOptions, run_bench
+
+    options = BenchOptions(events=args.events, concurrency=args.concurrency, pauses=args.pauses)
+    result = run_bench(load_settings(), options, log=(lambda _m: None) if args.json else print)
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+def cmd_e2e(args: argparse.Namespace) -> int:
+    from flashsend.feedback_e2e import E2eOptions, run_e2e_scratch
+
+    options = E2eOptions(
+        users=args.users,
+        rate=args.rate,
+        p_complaint=args.complaints,
+        p_bounce=args.bounces,
+        min_sample=args.min_sample,
+        workers=args.workers,
+        timeout_s=args.timeout,
+    )
+    result = run_e2e_scratch(
+        load_settings(), options, log=(lambda _m: None) if args.json else print
+    )
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0 if result.get("ok") else 1

@@ -1,0 +1,228 @@
+"""Running the feedback loop's pieces for the e2e command, the benchmark and the tests.
+
+A scratch database and topic set on the current stack, a real `flashsend webhook` process, the
+feedback group's lag, and the SQL the checks need. Nothing here is a fake: the processes are
+the ones `flashsend up` and `flashsend worker --role feedback` run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from flashsend import deliverability
+from flashsend.settings import Settings, settings_env
+from infra.migrate import apply_migrations
+from infra.postgres import PostgresServer
+from infra.process import free_port, terminate
+
+T = TypeVar("T")
+
+
+def wait_for(what: str, check: Callable[[], T | None], timeout: float, every: float = 0.1) -> T:
+    """Poll `check` until it returns something truthy; TimeoutError names `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout:.0f}s")
+        time.sleep(every)
+
+
+def scratch_settings(settings: Settings, label: str) -> Settings:
+    """A fresh migrated database, topics, groups and configuration set on the same stack."""
+    suffix = f"{label}{uuid.uuid4().hex[:8]}"
+    database = f"fb_{suffix}"
+    PostgresServer(settings).create_database(database)
+    dsn = settings.pg_dsn_for(database)
+    apply_migrations(dsn)
+    return settings.model_copy(
+        update={
+            "pg_database": database,
+            "pg_dsn": dsn,
+            "topic_recipients": f"recipients-{suffix}",
+            "topic_mail_events": f"mail-events-{suffix}",
+            "topic_dlq": f"dlq-{suffix}",
+            "group_sender": f"sender-{suffix}",
+            "app_id": f"flashsend-{suffix}",
+        }
+    )
+
+
+def with_feedback(settings: Settings, **overrides: Any) -> Settings:
+    """Own webhook port, SNS topic and marketing configuration set (the stand-in is shared:
+    its subscriptions and feedback rates are scoped by configuration set)."""
+    suffix = uuid.uuid4().hex[:8]
+    values: dict[str, Any] = {
+        "webhook_port": free_port(),
+        "webhook_public_url": "",
+        "marketing_configuration_set": f"marketing-{suffix}",
+        "sns_topic_arns": (f"arn:aws:sns:us-east-1:000000000000:flashsend-events-{suffix}",),
+    }
+    values.update(overrides)
+    return settings.model_copy(update=values)
+
+
+@dataclass
+class WebhookProcess:
+    """A real `flashsend webhook` process with these settings."""
+
+    settings: Settings
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    @classmethod
+    def start(cls, settings: Settings, log_dir: Path, timeout: float = 60.0) -> WebhookProcess:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = log_dir / f"webhook-{settings.webhook_port}.log"
+        env = {**os.environ, **settings_env(settings), "PYTHONUNBUFFERED": "1"}
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "flashsend.cli", "webhook", "--loglevel", "info"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        webhook = cls(settings, proc, log_path)
+        try:
+            wait_for("webhook health", webhook.healthy, timeout, every=0.05)
+        except TimeoutError:
+            webhook.stop()
+            raise
+        return webhook
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.settings.webhook_port}"
+
+    @property
+    def sns_url(self) -> str:
+        return self.url + deliverability.SNS_PATH
+
+    def healthy(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"webhook exited; see {self.log_path}")
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=1) as response:
+                return bool(json.loads(response.read()).get("ok"))
+        except OSError:
+            return False
+
+    def stats(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.url + "/stats", timeout=5) as response:
+            return dict(json.loads(response.read()))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            terminate(self.proc.pid, timeout=15)
+        self.proc.wait(timeout=10)
+
+
+def end_offsets(settings: Settings, topic: str) -> dict[int, int]:
+    consumer = Consumer(
+        {"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"probe-{uuid.uuid4().hex}"}
+    )
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return {}
+        out = {}
+        for p in meta.partitions:
+            for attempt in range(50):  # a new topic's leader may not be elected yet
+                try:
+                    _low, high = consumer.get_watermark_offsets(
+                        TopicPartition(topic, p), timeout=10
+                    )
+                    break
+                except KafkaException:
+                    if attempt == 49:
+                        raise
+                    time.sleep(0.1)
+            out[p] = int(high)
+        return out
+    finally:
+        consumer.close()
+
+
+def feedback_lag(settings: Settings) -> int:
+    """Records of mail.events the feedback group has not applied yet (offsets in PostgreSQL)."""
+    ends = end_offsets(settings, settings.topic_mail_events)
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT partition, next_offset FROM kafka_offsets WHERE group_id = %s AND topic = %s",
+            (deliverability.feedback_app_id(settings), settings.topic_mail_events),
+        ).fetchall()
+    stored: dict[int, int] = {int(p): int(o) for p, o in rows}
+    return sum(max(0, end - stored.get(p, 0)) for p, end in ends.items())
+
+
+def insert_users(settings: Settings, count: int, domain: str, first_id: int = 1) -> None:
+    """`count` active, opted-in users `u<id>@<domain>` (one statement)."""
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO users (id, email, status, marketing_opt_in, first_name) "
+            "SELECT g, 'u' || g || '@' || %s, 'active', true, 'Lan' "
+            "FROM generate_series(%s::bigint, %s::bigint) g",
+            (domain, first_id, first_id + count - 1),
+        )
+        conn.execute("ANALYZE users")
+
+
+def suppressed(settings: Settings) -> dict[str, str]:
+    """Addresses suppressed by the feedback loop (not by seeding), with their reason."""
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT email, reason FROM email_suppressions WHERE source_event <> 'seed'"
+        ).fetchall()
+    return {str(e): str(r) for e, r in rows}
+
+
+def campaign_row(settings: Settings, campaign_id: int) -> dict[str, Any]:
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT status, reason, paused_at, recipients FROM campaigns WHERE id = %s",
+            (campaign_id,),
+        ).fetchone()
+        counts: dict[str, int] = {
+            str(k): int(v)
+            for k, v in conn.execute(
+                "SELECT status, count(*) FROM campaign_recipients WHERE campaign_id = %s "
+                "GROUP BY status",
+                (campaign_id,),
+            ).fetchall()
+        }
+    assert row is not None
+    return {
+        "status": row[0],
+        "reason": row[1],
+        "paused_at": row[2],
+        "recipients": row[3],
+        "counts": counts,
+    }
+
+
+def feedback_counters(settings: Settings, campaign_id: int) -> dict[str, Any]:
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        cur = conn.execute(
+            "SELECT sent, delivered, bounced, soft_bounced, complained, unsubscribed, "
+            "auto_paused_at, auto_pause_reason FROM campaign_feedback WHERE campaign_id = %s",
+            (campaign_id,),
+        )
+        row = cur.fetchone()
+        names = [d.name for d in cur.description or []]
+    return {} if row is None else dict(zip(names, row, strict=True))

@@ -1,0 +1,185 @@
+"""Scrape-time gauges (flashsend.metrics.StateCollector readers): the I/O side of metrics.
+
+Each reader opens one short autocommit connection per (cached) scrape and asks the broker for
+log-end offsets with one long-lived consumer (no group join, nothing committed).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from confluent_kafka import Consumer, TopicPartition
+from prometheus_client.core import GaugeMetricFamily
+from psycopg import sql
+
+from flashsend import metrics
+from flashsend.settings import Settings
+from sinks.queries import query
+
+Reader = Callable[[], list[GaugeMetricFamily]]
+
+
+class Watermarks:
+    """Log-end offsets, through one consumer that never joins a group."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self._bootstrap = bootstrap
+        self._consumer: Consumer | None = None
+        self._lock = threading.Lock()
+
+    def ends(self, topic: str) -> dict[int, tuple[int, int]]:
+        with self._lock:
+            if self._consumer is None:
+                self._consumer = Consumer(
+                    {
+                        "bootstrap.servers": self._bootstrap,
+                        "group.id": f"flashsend-metrics-{uuid.uuid4().hex[:8]}",
+                        "enable.auto.commit": False,
+                    }
+                )
+            md = self._consumer.list_topics(topic, timeout=3).topics.get(topic)
+            if md is None or md.error is not None:
+                return {}
+            out = {}
+            for p in md.partitions:
+                low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=3
+                )
+                out[p] = (int(low), int(high))
+            return out
+
+
+def lag_reader(dsn: str, marks: Watermarks, group_id: str, topic: str) -> Reader:
+    def read() -> list[GaugeMetricFamily]:
+        lag = GaugeMetricFamily(
+            "flashsend_consumer_lag",
+            "records not yet processed: log end - offset stored in "
+            "PostgreSQL (what the workers resume from)",
+            labels=["group", "topic", "partition"],
+        )
+        end = GaugeMetricFamily(
+            "flashsend_log_end_offset", "log end offset", labels=["topic", "partition"]
+        )
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
+            stored = {
+                int(p): int(o)
+                for p, o in conn.execute(
+                    query("metrics_offsets"), {"group_id": group_id, "topic": topic}
+                )
+            }
+        for p, (low, high) in sorted(marks.ends(topic).items()):
+            lag.add_metric([group_id, topic, str(p)], max(0, high - max(stored.get(p, 0), low)))
+            end.add_metric([topic, str(p)], high)
+        return [lag, end]
+
+    return read
+
+
+def outbox_reader(dsn: str, table: str) -> Reader:
+    statement = sql.SQL(query("outbox_health")).format(outbox=sql.Identifier(table))  # type: ignore[arg-type,unused-ignore]
+
+    def read() -> list[GaugeMetricFamily]:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
+            row = conn.execute(statement).fetchone()
+        backlog, lag_s, dead = row if row else (0, None, 0)
+        families = []
+        for name, doc, value in (
+            ("flashsend_outbox_backlog", "unpublished outbox rows", backlog),
+            (
+                "flashsend_outbox_oldest_age_seconds",
+                "age of the oldest unpublished row",
+                float(lag_s or 0.0),
+            ),
+            ("flashsend_outbox_dead", "outbox rows given up (dead_at set)", dead),
+        ):
+            g = GaugeMetricFamily(name, doc, labels=["table"])
+            g.add_metric([table], float(value or 0))
+            families.append(g)
+        return families
+
+    return read
+
+
+def dlq_reader(marks: Watermarks, topic: str) -> Reader:
+    def read() -> list[GaugeMetricFamily]:
+        g = GaugeMetricFamily(
+            "flashsend_dlq_messages", "records in the dead-letter topic", labels=["topic"]
+        )
+        g.add_metric([topic], sum(high - low for low, high in marks.ends(topic).values()))
+        return [g]
+
+    return read
+
+
+def feedback_reader(dsn: str) -> Reader:
+    """Complaint and bounce rates per campaign from issue 5's campaign_feedback (if present)."""
+
+    def read() -> list[GaugeMetricFamily]:
+        complaint = GaugeMetricFamily(
+            "flashsend_complaint_rate",
+            "complaints / sent (SES events) per campaign",
+            labels=["campaign"],
+        )
+        bounce = GaugeMetricFamily(
+            "flashsend_bounce_rate", "hard bounces / sent per campaign", labels=["campaign"]
+        )
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
+            exists = conn.execute("SELECT to_regclass('campaign_feedback')").fetchone()
+            rows: list[Any] = []
+            if exists and exists[0]:
+                rows = conn.execute(query("metrics_campaign_feedback")).fetchall()
+        for cid, sent, complained, bounced in rows:
+            if sent:
+                complaint.add_metric([str(cid)], complained / sent)
+                bounce.add_metric([str(cid)], bounced / sent)
+        return [complaint, bounce]
+
+    return read
+
+
+def combine(*readers: Reader) -> Reader:
+    def read() -> list[GaugeMetricFamily]:
+        out: list[GaugeMetricFamily] = []
+        for r in readers:
+            try:
+                out += r()
+            except Exception as exc:  # one broken source must not blank the others
+                metrics.log.warning("metrics source failed: %s", exc)
+        return out
+
+    return read
+
+
+def start(settings: Settings, role: str) -> int | None:
+    """Serve /metrics for a process role (campaign | mail | relay | webhook), if enabled."""
+    s = settings
+    if s.metrics_port == 0:
+        return None
+    marks = Watermarks(s.kafka_bootstrap)
+    readers: list[Reader] = []
+    if role == "campaign":
+        readers += [
+            lag_reader(s.pg_dsn, marks, s.group_sender, s.topic_recipients),
+            dlq_reader(marks, s.topic_dlq),
+            feedback_reader(s.pg_dsn),
+        ]
+    elif role == "mail":
+        readers += [
+            lag_reader(s.pg_dsn, marks, s.group_mail, s.topic_order_events),
+            outbox_reader(s.pg_dsn, "mail_outbox"),
+            dlq_reader(marks, s.topic_dlq),
+        ]
+    elif role == "relay":
+        readers += [outbox_reader(s.orders_pg_dsn, "outbox")]
+    elif role == "webhook":
+        readers += [feedback_reader(s.pg_dsn)]
+    try:
+        metrics.install("state", metrics.StateCollector(combine(*readers)))
+        return metrics.serve(s.metrics_port, s.metrics_host)
+    except Exception as exc:  # e.g. the port is taken: keep working, say so loudly
+        metrics.log.error("ALERT metrics not served on port %s: %s", s.metrics_port, exc)
+        return None

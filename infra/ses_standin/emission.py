@@ -1,0 +1,351 @@
+"""Event publishing of the stand-in: the `on_accepted` hook, SNS subscriptions, the admin API.
+
+The hook runs inside the SES request handler, so it only decides each recipient's outcome
+(a hash, ~1 µs), remembers what was injected (for tests and benchmarks) and appends to a
+buffer; a background task hands the buffer in batches to the emitter child process
+(`emitter.py`), which builds, signs and POSTs the notifications. Nothing of that runs on the
+send path, and a slow or dead webhook never slows SendBulkEmail: when the emitter falls behind,
+the buffer is capped and the excess counted as dropped, as a real SNS topic would drop
+after its retry window.
+
+| route                                         | what                                         |
+|-----------------------------------------------|----------------------------------------------|
+| POST /_admin/subscriptions                    | subscribe an endpoint (sends a signed        |
+|                                               | SubscriptionConfirmation)                    |
+| GET  /_admin/subscriptions                    | subscriptions with delivery statistics       |
+| DELETE /_admin/subscriptions/{id}             | unsubscribe                                  |
+| GET/POST /_admin/feedback/rates               | bounce/complaint… shares, per configuration  |
+|                                               | set (`configuration_set`, default `*`)       |
+| GET  /_admin/feedback?campaign=C              | addresses given each outcome, per campaign   |
+| GET  /?Action=ConfirmSubscription&…           | the SubscribeURL (as on sns.<region>…)       |
+| GET  /?Action=Unsubscribe&SubscriptionArn=…   | the UnsubscribeURL of every notification     |
+| GET  /_sns/{name}.pem                         | the signing certificate (SigningCertURL)     |
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from aiohttp import web
+
+from infra.ses_standin.errors import BadRequest
+from infra.ses_standin.feedback_plan import (
+    DELIVERED,
+    FeedbackRates,
+    message_rejected,
+    recipient_outcome,
+)
+from infra.ses_standin.journal import Record
+from infra.ses_standin.recipients import parse_address
+from infra.ses_standin.subscriptions import SubscriptionStore, parse_request
+from producers.sns_sign import generate_signing_key
+
+log = logging.getLogger("infra.ses_standin.emission")
+
+FLUSH_EVERY_S = 0.02
+MAX_BUFFER = 200_000  # messages waiting for the emitter; beyond, dropped (and counted)
+MAX_LISTED = 200_000  # addresses remembered per campaign and outcome
+ALL = "*"
+
+
+class EventEmission:
+    def __init__(self, state_dir: Path, *, region: str = "us-east-1") -> None:
+        self.state_dir = state_dir
+        self.region = region
+        self.subscriptions = SubscriptionStore(state_dir / "subscriptions.json")
+        self.rates: dict[str, FeedbackRates] = {ALL: FeedbackRates()}
+        self.base_url = ""
+        self.injected: dict[str, dict[str, list[str]]] = {}
+        self.counts: dict[str, dict[str, int]] = {}
+        self.emitter_stats: dict[str, Any] = {}
+        self.dropped = 0
+        self.planned = 0
+        self._buffer: list[dict[str, Any]] = []
+        self._wake = asyncio.Event()
+        self._proc: asyncio.subprocess.Process | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._active = self.subscriptions.confirmed()
+
+    # ---- the send-path hook ---------------------------------------------------------------
+
+    def on_accepted(self, record: Record) -> None:
+        if not self._active:
+            return
+        configuration_set = record.get("configuration_set")
+        subs = [s.id for s in self._active if s.matches(configuration_set)]
+        if not subs:
+            return
+        rates = self.rates.get(configuration_set or "", self.rates[ALL])
+        campaign = str((record.get("tags") or {}).get("campaign", ""))
+        plan = []
+        for given in (*record["destination"], *record.get("cc", ()), *record.get("bcc", ())):
+            outcome = recipient_outcome(_key(given), rates)
+            plan.append((given, outcome))
+            self._remember(campaign, outcome, _key(given))
+        if len(self._buffer) >= MAX_BUFFER:
+            self.dropped += 1
+            return
+        rejected = message_rejected(record["message_id"], rates)
+        if rejected:
+            self._remember(campaign, "rejected", record["message_id"])
+        self._buffer.append({"record": record, "plan": plan, "rejected": rejected, "subs": subs})
+        self.planned += 1
+        if len(self._buffer) >= 500:
+            self._wake.set()
+
+    def _remember(self, campaign: str, outcome: str, value: str) -> None:
+        counts = self.counts.setdefault(campaign, {})
+        counts[outcome] = counts.get(outcome, 0) + 1
+        if outcome == DELIVERED:
+            return
+        listed = self.injected.setdefault(campaign, {}).setdefault(outcome, [])
+        if len(listed) < MAX_LISTED:
+            listed.append(value)
+
+    # ---- the emitter process --------------------------------------------------------------
+
+    async def start(self, base_url: str) -> None:
+        """Called once the server listens (the URLs in every envelope need its address)."""
+        self.base_url = base_url.rstrip("/")
+        self._tasks.append(asyncio.create_task(self._flusher(), name="emission-flush"))
+        if self.subscriptions.all():
+            await self._ensure_emitter()
+
+    @property
+    def cert_path(self) -> Path:
+        return self.state_dir / "sns-signing-cert.pem"
+
+    def cert_url(self) -> str:
+        digest = hashlib.sha256(self.cert_path.read_bytes()).hexdigest()[:32]
+        return f"{self.base_url}/_sns/SimpleNotificationService-{digest}.pem"
+
+    async def _ensure_emitter(self) -> None:
+        if self._proc is not None and self._proc.returncode is None:
+            return
+        key_path = self.state_dir / "sns-signing-key.pem"
+        if not key_path.exists() or not self.cert_path.exists():
+            private_pem, cert_pem = await asyncio.to_thread(
+                generate_signing_key, common_name="sns.flashsend-standin.invalid"
+            )
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            key_path.write_bytes(private_pem)
+            key_path.chmod(0o600)
+            self.cert_path.write_bytes(cert_pem)
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "infra.ses_standin.emitter",
+            "--key",
+            str(key_path),
+            "--cert-url",
+            self.cert_url(),
+            "--base-url",
+            self.base_url,
+            "--region",
+            self.region,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        self._tasks.append(asyncio.create_task(self._read_stats(self._proc), name="emission-stats"))
+        await self._send_subs()
+        log.info("emitter_started pid=%s", self._proc.pid)
+
+    async def _send(self, op: Mapping[str, Any]) -> None:
+        proc = self._proc
+        if proc is None or proc.stdin is None or proc.returncode is not None:
+            return
+        proc.stdin.write(json.dumps(op, separators=(",", ":")).encode() + b"\n")
+        await proc.stdin.drain()
+
+    async def _flusher(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), FLUSH_EVERY_S)
+            self._wake.clear()
+            if not self._buffer:
+                continue
+            items, self._buffer = self._buffer, []
+            try:
+                await self._ensure_emitter()
+                await self._send({"op": "msgs", "items": items})
+            except (OSError, ConnectionError) as exc:  # emitter died: restarted next time
+                self.dropped += len(items)
+                log.warning("emitter_write_failed %s", exc)
+
+    async def _read_stats(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        while line := await proc.stdout.readline():
+            with contextlib.suppress(ValueError):
+                self.emitter_stats = json.loads(line)
+        log.warning("emitter_exited code=%s", await proc.wait())
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            try:
+                await asyncio.wait_for(proc.wait(), 3.0)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+    # ---- HTTP -----------------------------------------------------------------------------
+
+    def register(self, app: web.Application) -> None:
+        router = app.router
+        router.add_post("/_admin/subscriptions", self.subscribe)
+        router.add_get("/_admin/subscriptions", self.list_subscriptions)
+        router.add_delete("/_admin/subscriptions/{id}", self.unsubscribe)
+        router.add_get("/_admin/feedback/rates", self.get_rates)
+        router.add_post("/_admin/feedback/rates", self.set_rates)
+        router.add_get("/_admin/feedback", self.feedback)
+        router.add_get("/", self.sns_action)
+        router.add_get("/_sns/{name}", self.certificate)
+        app.on_cleanup.append(lambda _app: self.stop())
+
+    async def subscribe(self, request: web.Request) -> web.Response:
+        try:
+            parsed = parse_request(json.loads(await request.read() or b"{}"))
+        except ValueError as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        sub, confirm = self.subscriptions.subscribe(parsed, time.time())
+        await self._ensure_emitter()
+        await self._send_subs()
+        if confirm:
+            url = (
+                f"{self.base_url}/?Action=ConfirmSubscription&TopicArn={quote(sub.topic_arn)}"
+                f"&Token={sub.token}"
+            )
+            await self._send({"op": "confirm", "sub": sub.to_dict(), "subscribe_url": url})
+        return web.json_response(self._describe(sub.id))
+
+    async def _send_subs(self) -> None:
+        """After any change: the hook's list and the emitter's list of confirmed subs."""
+        self._active = self.subscriptions.confirmed()
+        await self._send({"op": "subs", "subs": [s.to_dict() for s in self._active]})
+
+    def _describe(self, sub_id: str) -> dict[str, Any]:
+        sub = self.subscriptions.get(sub_id)
+        if sub is None:
+            return {}
+        data = sub.to_dict()
+        data.pop("token")
+        data["delivery"] = self.emitter_stats.get("subs", {}).get(sub_id, {})
+        return data
+
+    async def list_subscriptions(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "subscriptions": [self._describe(s.id) for s in self.subscriptions.all()],
+                "buffered": len(self._buffer),
+                "pending": int(self.emitter_stats.get("pending", 0)) + len(self._buffer),
+                "events": self.emitter_stats.get("events", 0),
+                "overflow": self.emitter_stats.get("overflow", 0),
+                "dropped": self.dropped,
+                "planned_messages": self.planned,
+                "certificate_url": self.cert_url() if self.cert_path.exists() else None,
+            }
+        )
+
+    async def unsubscribe(self, request: web.Request) -> web.Response:
+        found = self.subscriptions.delete(request.match_info["id"])
+        await self._send_subs()
+        return web.json_response({"deleted": found}, status=200 if found else 404)
+
+    async def get_rates(self, request: web.Request) -> web.Response:
+        return web.json_response({k: v.to_dict() for k, v in self.rates.items()})
+
+    async def set_rates(self, request: web.Request) -> web.Response:
+        try:
+            changes = json.loads(await request.read() or b"{}")
+            if not isinstance(changes, dict):
+                raise ValueError("body must be a JSON object")
+            scope = str(changes.pop("configuration_set", None) or ALL)
+            if changes.pop("clear", False):
+                if scope != ALL:
+                    self.rates.pop(scope, None)
+                return web.json_response({"configuration_set": scope, "cleared": True})
+            self.rates[scope] = self.rates.get(scope, self.rates[ALL]).updated(changes)
+        except ValueError as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        return web.json_response({"configuration_set": scope, **self.rates[scope].to_dict()})
+
+    async def feedback(self, request: web.Request) -> web.Response:
+        campaign = request.query.get("campaign", "")
+        return web.json_response(
+            {
+                "campaign": campaign,
+                "counts": self.counts.get(campaign, {}),
+                "addresses": self.injected.get(campaign, {}),
+            }
+        )
+
+    async def sns_action(self, request: web.Request) -> web.Response:
+        """The SubscribeURL and UnsubscribeURL, on the path SNS uses (`/?Action=…`)."""
+        action = request.query.get("Action")
+        if action == "ConfirmSubscription":
+            sub = self.subscriptions.confirm(
+                request.query.get("TopicArn", ""), request.query.get("Token", "")
+            )
+            if sub is None:
+                return _xml_error("InvalidParameter", "Invalid token", 400)
+            await self._send_subs()
+            log.info("subscription_confirmed id=%s endpoint=%s", sub.id, sub.endpoint)
+            return _xml(
+                "ConfirmSubscriptionResponse",
+                f"<ConfirmSubscriptionResult><SubscriptionArn>{sub.arn}</SubscriptionArn>"
+                "</ConfirmSubscriptionResult>",
+            )
+        if action == "Unsubscribe":
+            if not self.subscriptions.delete_by_arn(request.query.get("SubscriptionArn", "")):
+                return _xml_error("NotFound", "Subscription does not exist", 404)
+            await self._send_subs()
+            return _xml("UnsubscribeResponse", "")
+        return _xml_error("InvalidAction", f"unknown action {action!r}", 400)
+
+    async def certificate(self, request: web.Request) -> web.Response:
+        if not self.cert_path.exists() or request.path != _path(self.cert_url()):
+            return web.Response(status=404, text="no such certificate")
+        return web.Response(body=self.cert_path.read_bytes(), content_type="application/x-pem-file")
+
+
+def _key(address: str) -> str:
+    try:
+        return parse_address(address, "destination")[1]
+    except BadRequest:
+        return address.lower()
+
+
+def _path(url: str) -> str:
+    return "/" + url.split("://", 1)[-1].split("/", 1)[-1]
+
+
+def _xml(root: str, inner: str) -> web.Response:
+    body = (
+        f'<{root} xmlns="http://sns.amazonaws.com/doc/2010-03-31/">{inner}'
+        f"<ResponseMetadata><RequestId>standin</RequestId></ResponseMetadata></{root}>"
+    )
+    return web.Response(text=body, content_type="text/xml")
+
+
+def _xml_error(code: str, message: str, status: int) -> web.Response:
+    body = (
+        '<ErrorResponse xmlns="http://sns.amazonaws.com/doc/2010-03-31/"><Error>'
+        f"<Type>Sender</Type><Code>{code}</Code><Message>{message}</Message></Error>"
+        "</ErrorResponse>"
+    )
+    return web.Response(text=body, status=status, content_type="text/xml")

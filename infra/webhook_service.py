@@ -1,0 +1,95 @@
+"""The webhook as a service of the local stack (`flashsend up`), like the SES stand-in.
+
+Started as `flashsend webhook` with the stack's settings; once it answers, it is subscribed to
+the stand-in's event topic for the marketing and transactional configuration sets (what an
+SES event destination + SNS subscription are in AWS), and `up` waits for the webhook to have
+confirmed the subscription, i.e. for the whole signed round trip to work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.request
+from typing import Any
+
+from flashsend import deliverability
+from flashsend.settings import Settings, settings_env
+from infra.errors import StackError
+from infra.process import ManagedProcess, port_open, require_free_port, wait_until
+
+
+def subscribe_local(
+    settings: Settings, *, endpoint: str | None = None, timeout: float = 20.0
+) -> dict[str, Any]:
+    """Subscribe the webhook at the local stand-in and wait for its confirmation."""
+    from infra.ses_standin.events_admin import SesEventsAdmin
+
+    if not settings.ses_endpoint_url:
+        raise StackError("SES is real Amazon SES: subscribe the webhook with SNS instead")
+    admin = SesEventsAdmin(settings.ses_endpoint_url)
+    target = endpoint or deliverability.public_url(settings) + deliverability.SNS_PATH
+    sets = [
+        s
+        for s in (settings.marketing_configuration_set, settings.transactional_configuration_set)
+        if s
+    ]
+    sub = admin.subscribe(target, settings.sns_topic_arns[0], configuration_sets=sets or None)
+    try:
+        return admin.wait_confirmed(sub["id"], timeout=timeout)
+    except TimeoutError as exc:
+        raise StackError(f"the webhook did not confirm its SNS subscription: {exc}") from exc
+
+
+class WebhookService:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.process = ManagedProcess("webhook", settings.state_dir / "run")
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.settings.webhook_port}"
+
+    def running(self) -> bool:
+        return self.process.pid() is not None
+
+    def ever_started(self) -> bool:
+        """Listed by `status-stack` once started in this state dir (a crash then shows)."""
+        return self.process.log_file.exists()
+
+    def ready(self) -> bool:
+        if not port_open(self.settings.webhook_port):
+            return False
+        try:
+            with urllib.request.urlopen(self.endpoint + "/health", timeout=2) as response:
+                return bool(json.loads(response.read()).get("ok"))
+        except (OSError, ValueError):
+            return False
+
+    def start(self, *, timeout: float = 60.0) -> float:
+        if self.running():
+            return 0.0
+        s = self.settings
+        require_free_port(s.webhook_port, "the webhook", "FLASHSEND_WEBHOOK_PORT")
+        self.process.start(
+            [sys.executable, "-m", "flashsend.cli", "webhook", "--port", str(s.webhook_port)],
+            env={**os.environ, **settings_env(s), "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            waited = wait_until(
+                self.ready,
+                timeout=timeout,
+                what="webhook",
+                alive=self.running,
+                log=self.process.log_file,
+            )
+            if s.ses_endpoint_url and "ses" in s.local_services:
+                subscribe_local(s)
+            return waited
+        except StackError:
+            self.process.stop()
+            raise
+
+    def stop(self) -> bool:
+        return self.process.stop()

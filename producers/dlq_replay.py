@@ -1,0 +1,197 @@
+"""`flashsend dlq show|replay`: inspect dead letters and put them back on their topic.
+
+A dead letter keeps the original key and value, and says in its headers where it came from
+(`flashsend.topic`, `.partition`, `.offset`) and why (`flashsend.reason`, `.detail`). After the
+cause is fixed (the campaign now exists, a consumer that knows the new version is deployed),
+`replay` produces each chosen letter again to its original topic and partition with the same
+key and value. That is safe because every consumer deduplicates (the campaign claim needs a
+pending row; the mail service's UNIQUE event_id / dedupe_key), so a letter replayed twice, or
+one whose record was meanwhile processed, mails nobody twice. Each replay is recorded in
+`dlq_replays` (who, when, why, where the copy landed), in the same transaction for the batch,
+written only after the broker acknowledged every copy.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from flashsend.errors import FlashsendError
+from flashsend.settings import Settings
+from producers.replay import operator
+from sinks.queries import query
+
+REPLAY_HEADER = "flashsend.replayed_from"
+
+
+@dataclass(frozen=True)
+class Letter:
+    dlq_partition: int
+    dlq_offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, str]
+
+    @property
+    def ref(self) -> str:
+        return f"{self.dlq_partition}:{self.dlq_offset}"
+
+    @property
+    def reason(self) -> str:
+        return self.headers.get("flashsend.reason", "?")
+
+    @property
+    def topic(self) -> str:
+        return self.headers.get("flashsend.topic", "")
+
+    @property
+    def partition(self) -> int:
+        return int(self.headers.get("flashsend.partition", "-1"))
+
+    @property
+    def offset(self) -> int:
+        return int(self.headers.get("flashsend.offset", "-1"))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ref": self.ref,
+            "dlq_partition": self.dlq_partition,
+            "dlq_offset": self.dlq_offset,
+            "reason": self.reason,
+            "detail": self.headers.get("flashsend.detail", ""),
+            "topic": self.topic,
+            "partition": self.partition,
+            "offset": self.offset,
+            "failed_at_ms": int(self.headers.get("flashsend.failed_at_ms", "0")),
+            "headers": self.headers,
+            "key": (self.key or b"").decode(errors="replace"),
+            "value_hex": (self.value or b"").hex(),
+        }
+
+
+def parse_ref(ref: str) -> tuple[int, int]:
+    """`12` (partition 0) or `0:12`."""
+    part, _, off = ref.rpartition(":")
+    try:
+        return int(part or 0), int(off)
+    except ValueError:
+        raise FlashsendError(
+            f"not a dead-letter reference: {ref!r} (OFFSET or PARTITION:OFFSET)"
+        ) from None
+
+
+def read_letters(s: Settings, *, timeout: float = 5.0) -> list[Letter]:
+    """Every dead letter still in the topic, in (partition, offset) order. Commits nothing."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": s.kafka_bootstrap,
+            "group.id": f"flashsend-dlq-reader-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    letters: list[Letter] = []
+    try:
+        md = consumer.list_topics(s.topic_dlq, timeout=timeout).topics.get(s.topic_dlq)
+        if md is None or md.error is not None:
+            return []
+        ends = {}
+        for p in md.partitions:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(s.topic_dlq, p), timeout=timeout
+            )
+            if high > low:
+                ends[p] = high
+        consumer.assign([TopicPartition(s.topic_dlq, p, 0) for p in ends])
+        deadline = time.monotonic() + max(timeout, 10.0)
+        while ends and time.monotonic() < deadline:
+            for msg in consumer.consume(500, timeout=0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        ends.pop(msg.partition(), None)
+                    continue
+                raw: list[tuple[str, Any]] = list(msg.headers() or [])  # type: ignore[arg-type]
+                headers = {
+                    str(k): v.decode(errors="replace") if isinstance(v, bytes) else str(v or "")
+                    for k, v in raw
+                }
+                partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
+                letters.append(Letter(partition, offset, msg.key(), msg.value(), headers))
+                if offset >= ends.get(partition, 0) - 1:
+                    ends.pop(partition, None)
+    finally:
+        consumer.close()
+    return sorted(letters, key=lambda letter: (letter.dlq_partition, letter.dlq_offset))
+
+
+def replayed(s: Settings) -> dict[tuple[int, int], int]:
+    """(dlq partition, offset) → times replayed."""
+    with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
+        rows = conn.execute(query("dlq_replayed"), {"dlq_topic": s.topic_dlq}).fetchall()
+    return {(int(p), int(o)): int(n) for p, o, _at, n in rows}
+
+
+def replay_letters(s: Settings, letters: list[Letter], *, reason: str) -> list[dict[str, Any]]:
+    """Produce the letters back to their topics; record them once all are acknowledged."""
+    producer = Producer(
+        {"bootstrap.servers": s.kafka_bootstrap, "acks": "all", "enable.idempotence": True}
+    )
+    landed: dict[str, tuple[int, int]] = {}
+    errors: list[str] = []
+
+    def recorder(ref: str) -> Callable[[Any, Any], None]:
+        def on_delivery(err: Any, msg: Any) -> None:
+            if err is not None:
+                errors.append(f"{ref}: {err}")
+            else:
+                landed[ref] = (int(msg.partition()), int(msg.offset()))
+
+        return on_delivery
+
+    for letter in letters:
+        if not letter.topic or letter.partition < 0:
+            raise FlashsendError(f"dead letter {letter.ref} does not say where it came from")
+        producer.produce(
+            letter.topic,
+            key=letter.key,
+            value=letter.value,
+            partition=letter.partition,
+            headers=[(REPLAY_HEADER, f"{s.topic_dlq}@{letter.ref}".encode())],
+            on_delivery=recorder(letter.ref),
+        )
+    remaining = producer.flush(30)
+    if remaining or errors:
+        raise FlashsendError(
+            f"replay not acknowledged ({remaining} pending): {errors[:3]}; "
+            "safe to run again (consumers deduplicate)"
+        )
+    replay_id = str(uuid.uuid4())
+    who, host = operator(s)
+    done = []
+    with psycopg.connect(s.pg_dsn) as conn, conn.transaction():
+        for letter in letters:
+            partition, offset = landed[letter.ref]
+            row = {
+                "replay_id": replay_id,
+                "requested_by": who,
+                "host": host,
+                "reason": reason,
+                "dlq_topic": s.topic_dlq,
+                "dlq_partition": letter.dlq_partition,
+                "dlq_offset": letter.dlq_offset,
+                "dead_reason": letter.reason,
+                "target_topic": letter.topic,
+                "target_partition": partition,
+                "original_offset": letter.offset,
+                "new_offset": offset,
+            }
+            conn.execute(query("insert_dlq_replay"), row)
+            done.append(row)
+    return done

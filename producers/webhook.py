@@ -1,0 +1,198 @@
+"""The deliverability webhook (`flashsend webhook`): SNS events in, one-click unsubscribes.
+
+| route            | what                                                                  |
+|------------------|-----------------------------------------------------------------------|
+| POST /sns        | SNS HTTP(S) endpoint: SES events → verified → Avro on mail.events     |
+| GET  /u/{token}  | unsubscribe confirmation page (changes nothing)                       |
+| POST /u/{token}  | RFC 8058 one-click unsubscribe (PostgreSQL first, event via outbox)   |
+| GET  /health     | {"ok": true}                                                          |
+| GET  /stats      | counters of both endpoints, publisher and outbox relay                |
+
+Stateless but for caches, so run as many behind a load balancer as you like; the outbox relay
+inside each instance takes a Postgres advisory lock, so exactly one of them publishes.
+Starts even when Kafka or PostgreSQL is down: each route needs only its own dependency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+import threading
+from typing import Any
+
+from aiohttp import web
+from psycopg_pool import AsyncConnectionPool
+
+from flashsend import deliverability
+from flashsend.errors import FlashsendError
+from flashsend.settings import Settings
+from producers.dlq import DeadLetterProducer
+from producers.event_publisher import EventPublisher
+from producers.mail_topics import ensure_mail_topics
+from producers.outbox_relay import OutboxRelay, RelayConfig
+from producers.ses_events import SCHEMA
+from producers.sns_endpoint import SnsEndpoint
+from producers.sns_verify import MAX_BODY_BYTES, CertificateSource, VerifierPolicy
+from producers.unsubscribe_endpoint import UnsubscribeEndpoint
+from schemas.serde import AvroCodec, registry_client
+from sinks.feedback_store import UnsubscribeStore
+
+log = logging.getLogger("flashsend.webhook")
+
+OUTBOX_TABLE = "feedback_outbox"
+
+
+class WebhookRuntime:
+    """Everything one webhook process holds: pool, producer, endpoints, the relay thread."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        policy: VerifierPolicy | None = None,
+        certificates: CertificateSource | None = None,
+        relay: bool = True,
+        ensure_topics: bool = True,
+    ) -> None:
+        s = settings
+        self.settings = s
+        self._ensure_topics = ensure_topics
+        keys = deliverability.token_keys(s)  # refuses the local key with real SES, up front
+        self.pool = AsyncConnectionPool(
+            s.pg_dsn, min_size=1, max_size=8, open=False, kwargs={"autocommit": True}
+        )
+        self.publisher = EventPublisher(
+            s.kafka_bootstrap, s.topic_mail_events, timeout_s=s.webhook_publish_timeout_s
+        )
+        self.dlq = DeadLetterProducer(s.kafka_bootstrap, s.topic_dlq)
+        self.sns = SnsEndpoint(
+            policy=policy or deliverability.verifier_policy(s),
+            certificates=certificates or deliverability.certificate_source(s),
+            publisher=self.publisher,
+            codec=AvroCodec(registry_client(s.schema_registry_url), SCHEMA),
+            dlq=self.dlq,
+        )
+        self.unsubscribe = UnsubscribeEndpoint(
+            keys, UnsubscribeStore(self.pool, topic=s.topic_mail_events)
+        )
+        self._relay_stop = threading.Event()
+        self._relay: OutboxRelay | None = None
+        self._relay_thread: threading.Thread | None = None
+        if relay:
+            self._relay = OutboxRelay(
+                s.pg_dsn,
+                RelayConfig(
+                    table=OUTBOX_TABLE,
+                    bootstrap=s.kafka_bootstrap,
+                    registry_url=s.schema_registry_url,
+                    notify_channel=OUTBOX_TABLE,
+                    batch=s.relay_batch,
+                    poll_s=s.relay_poll_s,
+                    publish_timeout_s=s.relay_publish_timeout_s,
+                    max_failures=s.relay_max_failures,
+                    backoff_cap_s=s.relay_backoff_cap_s,
+                ),
+            )
+
+    async def start(self, _app: web.Application) -> None:
+        await self.pool.open(wait=False)  # PostgreSQL may be down: only /u/ needs it
+        if self._ensure_topics:  # in the background: Kafka may be down (only /sns needs it)
+            threading.Thread(target=self._create_topics, name="ensure-topics", daemon=True).start()
+        if self._relay is not None:
+            self._relay_thread = threading.Thread(
+                target=self._relay.run, args=(self._relay_stop,), name="feedback-relay", daemon=True
+            )
+            self._relay_thread.start()
+
+    def _create_topics(self) -> None:
+        try:
+            ensure_mail_topics(self.settings, timeout=10.0)
+        except FlashsendError as exc:
+            log.warning("could not ensure topics (Kafka down?): %s", exc)
+
+    async def stop(self, _app: web.Application) -> None:
+        self._relay_stop.set()
+        if self._relay_thread is not None:
+            await asyncio.to_thread(self._relay_thread.join, 10)
+        await asyncio.to_thread(self.publisher.close, 2.0)
+        await self.pool.close()
+
+    def stats(self) -> dict[str, Any]:
+        relay = self._relay.stats if self._relay is not None else None
+        return {
+            "sns": dict(self.sns.stats),
+            "unsubscribe": dict(self.unsubscribe.stats),
+            "published_records": self.publisher.published,
+            "relay": None
+            if relay is None
+            else {
+                "published": relay.published,
+                "failures": relay.failures,
+                "leader": relay.lock_held,
+            },
+        }
+
+
+RUNTIME = web.AppKey("runtime", WebhookRuntime)
+
+
+async def sns_route(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    body = await request.content.read(MAX_BODY_BYTES + 1)
+    status, text = await runtime.sns.handle(body, request.headers.get("x-amz-sns-message-type"))
+    return web.Response(status=status, text=text)
+
+
+async def health_route(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+async def stats_route(request: web.Request) -> web.Response:
+    return web.json_response(request.app[RUNTIME].stats())
+
+
+def build_webhook_app(runtime: WebhookRuntime) -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY_BYTES + 1)
+    app[RUNTIME] = runtime
+    app.router.add_post(deliverability.SNS_PATH, sns_route)
+    app.router.add_get("/health", health_route)
+    app.router.add_get("/stats", stats_route)
+    runtime.unsubscribe.register(app)
+    app.on_startup.append(runtime.start)
+    app.on_cleanup.append(runtime.stop)
+    return app
+
+
+async def serve(runtime: WebhookRuntime, host: str, port: int, stop: asyncio.Event) -> None:
+    runner = web.AppRunner(build_webhook_app(runtime), access_log=None, shutdown_timeout=2.0)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=1024, shutdown_timeout=2.0)
+    await site.start()
+    log.info("webhook ready on http://%s:%s", host, port)
+    print(f"webhook listening on http://{host}:{port}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def run_webhook(settings: Settings, host: str, port: int, loglevel: str = "info") -> int:
+    """`flashsend webhook`: serve until SIGTERM/SIGINT."""
+    logging.basicConfig(
+        level=loglevel.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    deliverability.check_separation(settings)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(WebhookRuntime(settings), host, port, stop)
+
+    asyncio.run(main())
+    return 0

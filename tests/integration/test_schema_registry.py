@@ -1,0 +1,197 @@
+"""Contracts against a real schema registry (Apicurio, Confluent API) and a real broker.
+
+The registry is started only for this module (it takes a few seconds; every other test uses the
+in-process mock:// registry). Each test uses its own contract name, so its own subject.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from flashsend.settings import Settings
+from infra.errors import PrerequisiteMissing
+from infra.process import free_port
+from infra.registry import SchemaRegistry, find_java
+from producers.topics import ensure_topics
+from schemas.contracts import check_offline, check_registry, register_all
+from schemas.serde import AvroCodec, registry_client
+from tests.conftest import LocalStack
+
+V1: dict[str, Any] = {
+    "type": "record",
+    "name": "Probe",
+    "namespace": "flashsend.probe.v1",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "email", "type": "string"},
+        {"name": "note", "type": ["null", "string"], "default": None},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def registry(stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    settings = stack.settings_for(
+        state_dir=tmp_path_factory.mktemp("registry"), registry_port=free_port()
+    )
+    service = SchemaRegistry(settings)
+    try:
+        find_java(settings.registry_java)
+    except PrerequisiteMissing as exc:
+        pytest.skip(f"no Java >= 21 for the real registry: {exc}")
+    service.start()
+    try:
+        yield service.url
+    finally:
+        service.stop()
+
+
+def _name() -> str:
+    return "probe_" + "".join(random.choices(string.ascii_lowercase, k=10))
+
+
+def _write(directory: Path, name: str, version: int, schema: dict[str, Any]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{name}.v{version}.avsc").write_text(json.dumps(schema))
+
+
+def _v2_added_optional() -> dict[str, Any]:
+    v2 = json.loads(json.dumps(V1))
+    v2["fields"].append({"name": "locale", "type": "string", "default": "en"})
+    return v2
+
+
+def _v2_removed_required() -> dict[str, Any]:
+    v2 = json.loads(json.dumps(V1))
+    v2["fields"] = [f for f in v2["fields"] if f["name"] != "email"]
+    return v2
+
+
+def test_added_optional_field_passes_removed_required_field_fails(
+    registry: str, tmp_path: Path
+) -> None:
+    client = registry_client(registry)
+    name = _name()
+    released = tmp_path / "released"
+    _write(released, name, 1, V1)
+    register_all(client, "FULL", released)
+    assert client.get_compatibility(f"flashsend.{name}-value") == "FULL"
+    assert client.get_compatibility() == "BACKWARD"  # the registry's global rule
+
+    good = tmp_path / "good"
+    _write(good, name, 1, V1)
+    _write(good, name, 2, _v2_added_optional())
+    assert all(r.ok for r in check_registry(client, "FULL", good))
+    assert all(r.ok for r in check_offline("FULL", good, git_rev=None))
+
+    bad = tmp_path / "bad"
+    _write(bad, name, 1, V1)
+    _write(bad, name, 2, _v2_removed_required())
+    online = check_registry(client, "FULL", bad)
+    assert not online[0].ok
+    assert any("rejects it" in p for p in online[0].problems)  # the registry's own verdict
+    assert any(".email" in p for p in online[0].problems)  # and why
+    offline = check_offline("FULL", bad, git_rev=None)
+    assert [r.ok for r in offline] == [False]
+    # The registry refuses to register it too: a producer cannot publish the broken contract.
+    with pytest.raises(Exception, match=r"409|ncompatible"):
+        register_all(client, "FULL", bad)
+
+
+def test_shipped_contracts_register_and_check_clean(registry: str) -> None:
+    client = registry_client(registry)
+    done = register_all(client, "FULL")
+    assert {d["subject"] for d in done} >= {"flashsend.campaign_recipient-value"}
+    assert all(r.ok for r in check_registry(client, "FULL"))
+
+
+def test_produce_v1_consume_v2_on_a_real_broker(
+    registry: str, settings: Settings, tmp_path: Path
+) -> None:
+    client = registry_client(registry)
+    name = _name()
+    v1_dir, v2_dir = tmp_path / "v1", tmp_path / "v2"
+    _write(v1_dir, name, 1, V1)
+    _write(v2_dir, name, 1, V1)
+    _write(v2_dir, name, 2, _v2_added_optional())
+    register_all(client, "FULL", v1_dir)
+    writer = AvroCodec(client, name, v1_dir)
+    reader = AvroCodec(client, name, v2_dir)
+    assert writer.schema_id != reader.schema_id
+
+    topic = f"probe-{uuid.uuid4().hex[:8]}"
+    ensure_topics(settings.kafka_bootstrap, {topic: 1})
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap})
+    producer.produce(topic, value=writer.encode({"id": 7, "email": "a@b.c", "note": None}))
+    producer.produce(topic, value=reader.encode({"id": 8, "email": "d@e.f", "note": "x"}))
+    assert producer.flush(10) == 0
+    records = _consume(settings, topic, 2)
+    assert [reader.decode(v) for v in records] == [
+        {"id": 7, "email": "a@b.c", "note": None, "locale": "en"},  # v1 record, v2 default
+        {"id": 8, "email": "d@e.f", "note": "x", "locale": "en"},
+    ]
+    # ... and the previous reader still reads the new records (FULL: rolling deploys).
+    assert writer.decode(records[1]) == {"id": 8, "email": "d@e.f", "note": "x"}
+
+
+def test_codec_bytes_equal_confluent_serializer_both_ways(registry: str, tmp_path: Path) -> None:
+    """Our fastavro codec and confluent-kafka's AvroSerializer/AvroDeserializer speak the same
+    Confluent wire format against the real registry: same bytes out, each reads the other."""
+    client = registry_client(registry)
+    name = _name()
+    _write(tmp_path, name, 1, V1)
+    codec = AvroCodec(client, name, tmp_path)
+    subject = f"flashsend.{name}-value"
+    serializer = AvroSerializer(
+        SchemaRegistryClient({"url": registry}),
+        json.dumps(V1),
+        conf={
+            "auto.register.schemas": False,
+            "use.latest.version": True,
+            "subject.name.strategy": lambda _ctx, _name: subject,
+        },
+    )
+    deserializer = AvroDeserializer(SchemaRegistryClient({"url": registry}))
+    ctx = SerializationContext("any-topic", MessageField.VALUE)
+    record = {"id": 42, "email": "lan@example.com", "note": "xin chào"}
+    theirs = serializer(record, ctx)
+    ours = codec.encode(record)
+    assert theirs == ours
+    assert theirs[0] == 0 and int.from_bytes(theirs[1:5], "big") == codec.schema_id
+    assert codec.decode(theirs) == record
+    assert deserializer(ours, ctx) == record
+
+
+def _consume(settings: Settings, topic: str, expect: int) -> list[bytes]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap,
+            "group.id": f"probe-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    out: list[bytes] = []
+    try:
+        for _ in range(60):
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                out.append(msg.value() or b"")
+            if len(out) >= expect:
+                break
+    finally:
+        consumer.close()
+    return out
