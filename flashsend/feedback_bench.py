@@ -188,9 +188,11 @@ def run_bench(
         t0 = time.monotonic()
         feedback.start(1)
         wait_for("feedback worker to consume the backlog", lambda: feedback_lag(s) == 0, 600, 0.2)
+        took = time.monotonic() - t0
         result["feedback_agent"] = {
             "backlog_events": produced,
-            "seconds_including_start": round(time.monotonic() - t0, 2),
+            "seconds_including_start": round(took, 2),
+            "events_per_s_including_start": round(produced / took, 1),
         }
         log(f"feedback agent: {result['feedback_agent']}")
         result["pause_delay_ms"] = _pause_delays(s, webhook, signer, options.pauses)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -50,6 +51,10 @@ def scratch_settings(settings: Settings, label: str) -> Settings:
     PostgresServer(settings).create_database(database)
     dsn = settings.pg_dsn_for(database)
     apply_migrations(dsn)
+    # Campaign ids are SES tags, and the stand-in outlives this database: start elsewhere.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        start = random.randrange(10**9, 2 * 10**9)
+        conn.execute(f"ALTER SEQUENCE campaigns_id_seq RESTART WITH {start}")
     return settings.model_copy(
         update={
             "pg_database": database,
@@ -89,7 +94,12 @@ class WebhookProcess:
     def start(cls, settings: Settings, log_dir: Path, timeout: float = 60.0) -> WebhookProcess:
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"webhook-{settings.webhook_port}.log"
-        env = {**os.environ, **settings_env(settings), "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            **settings_env(settings),
+            "PYTHONUNBUFFERED": "1",
+            "FLASHSEND_WORKER_EXIT_WITH_PARENT": "true",
+        }
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "flashsend.cli", "webhook", "--loglevel", "info"],

@@ -75,7 +75,7 @@ class Settings(BaseSettings):
     ses_timeout_s: float = 10.0
     lease_s: float = 120.0  # > the longest possible call with its retries
     reconcile_interval_s: float = 5.0
-    group_session_timeout_s: float = 10.0
+    group_session_timeout_s: float = 6.0  # the broker's minimum (group.min.session.timeout.ms)
     worker_shutdown_grace_s: float = 20.0  # hard exit this long after SIGTERM
     worker_exit_with_parent: bool = False  # set for workers spawned by demo/chaos/bench/tests
     group_rebalance_timeout_s: float = 20.0

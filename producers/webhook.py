@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 import threading
@@ -178,6 +179,13 @@ async def serve(runtime: WebhookRuntime, host: str, port: int, stop: asyncio.Eve
         await runner.cleanup()
 
 
+async def _stop_when_orphaned(stop: asyncio.Event) -> None:
+    parent = os.getppid()
+    while os.getppid() == parent:
+        await asyncio.sleep(1.0)
+    stop.set()
+
+
 def run_webhook(settings: Settings, host: str, port: int, loglevel: str = "info") -> int:
     """`flashsend webhook`: serve until SIGTERM/SIGINT."""
     logging.basicConfig(
@@ -192,7 +200,12 @@ def run_webhook(settings: Settings, host: str, port: int, loglevel: str = "info"
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        watchdog = None
+        if settings.worker_exit_with_parent:  # started by a test, bench or e2e run
+            watchdog = asyncio.create_task(_stop_when_orphaned(stop))
         await serve(WebhookRuntime(settings), host, port, stop)
+        if watchdog is not None:
+            watchdog.cancel()
 
     asyncio.run(main())
     return 0

@@ -22,6 +22,7 @@ import faust
 from psycopg_pool import AsyncConnectionPool
 
 from flashsend import deliverability
+from flashsend.logs import logging_config
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
 from producers.mail_topics import ensure_mail_topics
@@ -109,26 +110,16 @@ class FeedbackApp(faust.App):  # type: ignore[misc,unused-ignore]
 
 
 def create_feedback_app(settings: Settings) -> FeedbackApp:
-    faust_offsets.register()
     app_id = deliverability.feedback_app_id(settings)
     app = FeedbackApp(
         app_id,
-        broker=f"{faust_offsets.SCHEME}://{settings.kafka_bootstrap}",
-        value_serializer="raw",
-        key_serializer="raw",
-        store="memory://",
-        topic_partitions=settings.order_events_partitions,
-        topic_allow_declare=False,
-        topic_disable_leader=True,
-        consumer_auto_offset_reset="earliest",
-        web_enabled=False,
-        broker_commit_every=1000,
-        broker_commit_interval=5.0,
-        broker_session_timeout=settings.group_session_timeout_s,
-        broker_heartbeat_interval=max(0.5, settings.group_session_timeout_s / 10),
-        broker_rebalance_timeout=settings.group_rebalance_timeout_s,
-        producer_linger_ms=5,
-        datadir=str(settings.state_dir / "faust" / app_id),
+        **faust_offsets.app_options(
+            settings,
+            app_id,
+            settings.order_events_partitions,
+            broker_commit_every=1000,
+            producer_linger_ms=5,
+        ),
     )
     runtime = FeedbackRuntime(settings)
     app.runtime = runtime
@@ -168,18 +159,21 @@ def create_feedback_app(settings: Settings) -> FeedbackApp:
 
 def run_feedback_worker(settings: Settings, loglevel: str) -> int:
     """`flashsend worker --role feedback`."""
-    from faust.worker import Worker
+    from flashsend.faust_worker import BoundedShutdownWorker
 
     deliverability.thresholds(settings)  # refuse nonsense thresholds before joining the group
     ensure_mail_topics(settings)
     (settings.state_dir / "faust").mkdir(parents=True, exist_ok=True)
     app = create_feedback_app(settings)
-    worker = Worker(
+    worker = BoundedShutdownWorker(
         app,
+        grace_s=settings.worker_shutdown_grace_s,
+        exit_with_parent=settings.worker_exit_with_parent,
         loglevel=loglevel,
         quiet=True,
         redirect_stdouts=False,
         workdir=str(settings.state_dir / "faust"),
+        logging_config=logging_config(settings.log_format, loglevel),
     )
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     worker.execute_from_commandline()

@@ -17,8 +17,6 @@ from typing import Any
 
 from infra.ses_standin.feedback_plan import (
     BOUNCE,
-    COMPLAINT,
-    DELAY,
     OOTO,
     SOFT_BOUNCE,
     SUPPRESSED,
@@ -196,6 +194,3 @@ def build_events(
             event.update(_recipient_event(event_type, outcome, address, mail, now, n))
             events.append((event_type, event))
     return events
-
-
-OUTCOMES_WITH_FEEDBACK = (BOUNCE, COMPLAINT, SOFT_BOUNCE, DELAY, OOTO, SUPPRESSED)
