@@ -26,7 +26,7 @@ from typing import Any
 from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
-from flashsend import deliverability
+from flashsend import deliverability, metrics, metrics_state
 from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
@@ -143,7 +143,16 @@ async def sns_route(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     body = await request.content.read(MAX_BODY_BYTES + 1)
     status, text = await runtime.sns.handle(body, request.headers.get("x-amz-sns-message-type"))
+    metrics.count_webhook(_outcome(status))
     return web.Response(status=status, text=text)
+
+
+def _outcome(status: int) -> str:
+    if status < 300:
+        return "accepted"
+    if status == 403:
+        return "rejected"
+    return "bad_request" if status < 500 else "error"
 
 
 async def health_route(request: web.Request) -> web.Response:
@@ -194,6 +203,7 @@ def run_webhook(settings: Settings, host: str, port: int, loglevel: str = "info"
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     deliverability.check_separation(settings)
+    metrics_state.start(settings, "webhook")  # /metrics when FLASHSEND_METRICS_PORT is set
 
     async def main() -> None:
         stop = asyncio.Event()

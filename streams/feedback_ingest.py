@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from flashsend import metrics
 from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
 from schemas.serde import AvroCodec, SerdeError
 from sinks.feedback_store import ApplyOutcome, FeedbackStore
@@ -118,6 +119,7 @@ class FeedbackIngest:
     def _account(self, outcome: ApplyOutcome) -> None:
         self.stats["applied"] += outcome.fresh
         self.stats["suppressed"] += outcome.suppressed
+        metrics.count_suppressions("feedback", outcome.suppressed)
         if outcome.fenced_partitions:
             self.stats["fenced"] += len(outcome.fenced_partitions)
             log.warning("fenced partitions %s: already processed", outcome.fenced_partitions)
