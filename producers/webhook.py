@@ -19,7 +19,6 @@ import asyncio
 import logging
 import os
 import signal
-import sys
 import threading
 from typing import Any
 
@@ -197,11 +196,9 @@ async def _stop_when_orphaned(stop: asyncio.Event) -> None:
 
 def run_webhook(settings: Settings, host: str, port: int, loglevel: str = "info") -> int:
     """`flashsend webhook`: serve until SIGTERM/SIGINT."""
-    logging.basicConfig(
-        level=loglevel.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    from flashsend.logs import configure
+
+    configure(settings.log_format, loglevel)
     deliverability.check_separation(settings)
     metrics_state.start(settings, "webhook")  # /metrics when FLASHSEND_METRICS_PORT is set
 

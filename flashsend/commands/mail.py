@@ -270,14 +270,13 @@ def cmd_mail_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_relay(args: argparse.Namespace) -> int:
-    import logging
-
+    from flashsend.logs import configure
     from producers.mail_topics import ensure_mail_topics
     from producers.outbox_relay import OutboxRelay
     from streams.mail_app import relay_config
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = load_settings()
+    configure(settings.log_format, "info")  # FLASHSEND_LOG_FORMAT=json: one JSON object a line
     ensure_mail_topics(settings)
     if args.outbox == "orders":
         relay = OutboxRelay(ensure_orders_db(settings), relay_config(settings, "outbox", "outbox"))
