@@ -20,6 +20,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from sinks import offsets
 from sinks.queries import query
 from sinks.recipient_store import PartitionSpan, StoreUnavailable
 from streams.feedback_logic import FeedbackEffect, Thresholds, Window, pause_reason
@@ -46,32 +47,14 @@ class FeedbackStore:
         self.thresholds = thresholds
 
     async def ensure_and_load_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
-        params = {"group_id": self.group_id, "topic": self.topic, "partitions": list(partitions)}
-        try:
-            async with self._pool.connection() as conn:
-                await conn.execute(query("ensure_offsets"), params)
-                cur = await conn.execute(query("load_offsets"), params)
-                return {int(p): int(o) for p, o in await cur.fetchall()}
-        except psycopg.Error as exc:
-            raise StoreUnavailable(str(exc)) from exc
+        return await offsets.ensure_and_load(self._pool, self.group_id, self.topic, partitions)
 
     async def apply(
         self, spans: Sequence[PartitionSpan], effects: dict[int, list[FeedbackEffect]]
     ) -> ApplyOutcome:
         try:
             async with self._pool.connection() as conn, conn.transaction():
-                cur = await conn.execute(
-                    query("advance_offsets"),
-                    {
-                        "group_id": self.group_id,
-                        "topic": self.topic,
-                        "partitions": [s.partition for s in spans],
-                        "first_offsets": [s.first_offset for s in spans],
-                        "last_offsets": [s.last_offset for s in spans],
-                    },
-                )
-                advanced = {int(r[0]) for r in await cur.fetchall()}
-                fenced = [s.partition for s in spans if s.partition not in advanced]
+                advanced, fenced = await offsets.advance(conn, self.group_id, self.topic, spans)
                 todo = [e for p in sorted(advanced) for e in effects.get(p, [])]
                 if not todo:
                     return ApplyOutcome(fenced_partitions=fenced)

@@ -18,6 +18,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from sinks import offsets
 from sinks.queries import query
 from sinks.recipient_store import PartitionSpan, StoreUnavailable
 from streams.mail_logic import (
@@ -144,14 +145,7 @@ class MailStore:
         self.lifecycle_topic = lifecycle_topic
 
     async def ensure_and_load_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
-        params = {"group_id": self.group_id, "topic": self.topic, "partitions": list(partitions)}
-        try:
-            async with self._pool.connection() as conn:
-                await conn.execute(query("ensure_offsets"), params)
-                cur = await conn.execute(query("load_offsets"), params)
-                return {int(p): int(o) for p, o in await cur.fetchall()}
-        except psycopg.Error as exc:
-            raise StoreUnavailable(str(exc)) from exc
+        return await offsets.ensure_and_load(self._pool, self.group_id, self.topic, partitions)
 
     async def ingest(
         self, spans: Sequence[PartitionSpan], commands: dict[int, list[Command]]
@@ -164,18 +158,7 @@ class MailStore:
         events: list[tuple[Transition, str, str | None]] = []
         try:
             async with self._pool.connection() as conn, conn.transaction():
-                cur = await conn.execute(
-                    query("advance_offsets"),
-                    {
-                        "group_id": self.group_id,
-                        "topic": self.topic,
-                        "partitions": [s.partition for s in spans],
-                        "first_offsets": [s.first_offset for s in spans],
-                        "last_offsets": [s.last_offset for s in spans],
-                    },
-                )
-                advanced = {int(r[0]) for r in await cur.fetchall()}
-                fenced = [s.partition for s in spans if s.partition not in advanced]
+                advanced, fenced = await offsets.advance(conn, self.group_id, self.topic, spans)
                 for partition in sorted(advanced):
                     for cmd in commands.get(partition, []):
                         if isinstance(cmd, CreateMail):

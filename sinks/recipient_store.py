@@ -14,19 +14,11 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from flashsend.errors import FlashsendError
+from sinks import offsets
+from sinks.offsets import PartitionSpan, StoreUnavailable
 from sinks.queries import query
 
-
-class StoreUnavailable(FlashsendError):
-    """PostgreSQL could not be reached or the transaction failed; retry with backoff."""
-
-
-@dataclass(frozen=True)
-class PartitionSpan:
-    partition: int
-    first_offset: int
-    last_offset: int
+__all__ = ["PartitionSpan", "RecipientStore", "StoreUnavailable"]
 
 
 @dataclass(frozen=True)
@@ -72,32 +64,14 @@ class RecipientStore:
         self.topic = topic
 
     async def ensure_and_load_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
-        params = {"group_id": self.group_id, "topic": self.topic, "partitions": list(partitions)}
-        try:
-            async with self._pool.connection() as conn:
-                await conn.execute(query("ensure_offsets"), params)
-                cur = await conn.execute(query("load_offsets"), params)
-                return {int(p): int(o) for p, o in await cur.fetchall()}
-        except psycopg.Error as exc:
-            raise StoreUnavailable(str(exc)) from exc
+        return await offsets.ensure_and_load(self._pool, self.group_id, self.topic, partitions)
 
     async def claim_batch(
         self, spans: Sequence[PartitionSpan], keys_by_partition: dict[int, list[tuple[int, int]]]
     ) -> ClaimOutcome:
         try:
             async with self._pool.connection() as conn, conn.transaction():
-                cur = await conn.execute(
-                    query("advance_offsets"),
-                    {
-                        "group_id": self.group_id,
-                        "topic": self.topic,
-                        "partitions": [s.partition for s in spans],
-                        "first_offsets": [s.first_offset for s in spans],
-                        "last_offsets": [s.last_offset for s in spans],
-                    },
-                )
-                advanced = {int(r[0]) for r in await cur.fetchall()}
-                fenced = [s.partition for s in spans if s.partition not in advanced]
+                advanced, fenced = await offsets.advance(conn, self.group_id, self.topic, spans)
                 keys = [k for p in advanced for k in keys_by_partition.get(p, [])]
                 if not keys:
                     return ClaimOutcome([], 0, fenced)

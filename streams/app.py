@@ -116,15 +116,9 @@ def create_app(settings: Settings) -> FlashsendApp:
     @app.agent(recipients, name="campaign-sender")
     async def campaign_sender(stream: Any) -> AsyncIterator[None]:
         sender = await runtime.ensure_started()
-        async for events in stream.take_events(TAKE_MAX, within=TAKE_WITHIN_S):
-            try:
-                await sender.handle([e.message for e in events])
-            except Exception:
-                # take_events() has already acked this batch: carrying on would skip it until
-                # the next rebalance. Crash the worker; stored offsets make the restart exact.
-                log.exception("sender batch failed; stopping the worker")
-                app._crash(RuntimeError("sender batch failed"))
-                raise
+        async for _ in faust_offsets.consume_batches(
+            app, stream, sender.handle, "sender", take_max=TAKE_MAX, within=TAKE_WITHIN_S
+        ):
             yield None
 
     reconciler: list[Reconciler] = []

@@ -13,7 +13,7 @@ through `app.offset_source` (see streams/app.py).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, ClassVar
 
 from faust.transport.drivers import TRANSPORTS
@@ -93,3 +93,27 @@ def app_options(settings: Any, app_id: str, partitions: int, **overrides: Any) -
     }
     options.update(overrides)
     return options
+
+
+async def consume_batches(
+    app: Any,
+    stream: Any,
+    handle: Callable[[list[Any]], Awaitable[Any]],
+    what: str,
+    *,
+    take_max: int,
+    within: float,
+) -> AsyncIterator[None]:
+    """The agent loop of every flashsend app: hand each batch of Kafka messages to `handle`.
+
+    take_events() acks a batch even when the handler raises; carrying on would silently skip it
+    until the next rebalance. So an error the handler could not absorb crashes the worker: the
+    offsets stored in Postgres make the restart exact (design §4)."""
+    async for events in stream.take_events(take_max, within=within):
+        try:
+            await handle([e.message for e in events])
+        except Exception:
+            log.exception("%s batch failed; stopping the worker", what)
+            app._crash(RuntimeError(f"{what} batch failed"))
+            raise
+        yield None

@@ -137,17 +137,9 @@ def create_feedback_app(settings: Settings) -> FeedbackApp:
     @app.agent(mail_events, name="feedback")
     async def feedback(stream: faust.StreamT[bytes]) -> AsyncIterator[None]:
         ingest = await runtime.ensure_started()
-        async for events in stream.take_events(  # type: ignore[attr-defined,unused-ignore]
-            TAKE_MAX, within=TAKE_WITHIN_S
+        async for _ in faust_offsets.consume_batches(
+            app, stream, ingest.handle, "feedback", take_max=TAKE_MAX, within=TAKE_WITHIN_S
         ):
-            try:
-                await ingest.handle([e.message for e in events])
-            except Exception:
-                # take_events() acked the batch already: crash, the stored offsets make the
-                # restart exact (design §4).
-                log.exception("feedback batch failed; stopping the worker")
-                app._crash(RuntimeError("feedback batch failed"))
-                raise
             yield None
 
     @app.on_before_shutdown.connect  # type: ignore[misc,arg-type,unused-ignore]

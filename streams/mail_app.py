@@ -238,17 +238,9 @@ def create_mail_app(settings: Settings) -> MailApp:
     @app.agent(order_events, name="mail-ingest")
     async def mail_ingest(stream: faust.StreamT[bytes]) -> AsyncIterator[None]:
         ingest = await runtime.ensure_started()
-        async for events in stream.take_events(  # type: ignore[attr-defined,unused-ignore]
-            TAKE_MAX, within=TAKE_WITHIN_S
+        async for _ in faust_offsets.consume_batches(
+            app, stream, ingest.handle, "mail ingest", take_max=TAKE_MAX, within=TAKE_WITHIN_S
         ):
-            try:
-                await ingest.handle([e.message for e in events])
-            except Exception:
-                # take_events() acked the batch already: crash, the stored offsets make the
-                # restart exact (same reasoning as the campaign app).
-                log.exception("mail ingest batch failed; stopping the worker")
-                app._crash(RuntimeError("mail ingest batch failed"))
-                raise
             yield None
 
     @app.task  # type: ignore[misc,untyped-decorator,unused-ignore]
