@@ -102,6 +102,7 @@ class PostgresServer:
             return
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
+            _as_server_user()  # creates the system user on a machine that never had it
             _make_traversable(self.data_dir)
             entry = pwd.getpwnam(SYSTEM_USER)
             os.chown(self.data_dir, entry.pw_uid, entry.pw_gid)
