@@ -92,9 +92,17 @@ def preflight(settings: Settings, template: str, rate: float, committed: float =
 
 
 def snapshot(conn: psycopg.Connection, campaign_id: int, audience: str) -> int:
-    """Snapshot the audience into campaign_recipients in one transaction; returns row count."""
+    """Snapshot the audience into campaign_recipients in one transaction; returns row count.
+
+    The transaction begins by moving the campaign out of `draft` (a conditional UPDATE): that
+    row lock makes a concurrent or repeated start find nothing to do, and a snapshot that
+    fails leaves the campaign in `draft`, ready to start again."""
     stmt = sql.SQL(query("snapshot_recipients")).format(audience=sql.SQL(audience))
     with conn.transaction():
+        if conn.execute(query("begin_snapshot"), {"id": campaign_id}).fetchone() is None:
+            raise UsageError(f"campaign {campaign_id} was started concurrently")
+        # The row_number() sort of ~1M users spills to disk at the default 4 MB.
+        conn.execute("SET LOCAL work_mem = '256MB'")
         cur = conn.execute(stmt, {"campaign_id": campaign_id})
         count = cur.rowcount
         conn.execute(query("finish_snapshot"), {"id": campaign_id, "recipients": count})
@@ -122,10 +130,7 @@ def produce_pending(
             "partitioner": "murmur2_random",
         }
     )
-    total_row = conn.execute(
-        "SELECT count(*) FROM campaign_recipients WHERE campaign_id = %s AND status = 'pending'",
-        (campaign_id,),
-    ).fetchone()
+    total_row = conn.execute(query("pending_count"), {"campaign_id": campaign_id}).fetchone()
     total = int(total_row[0]) if total_row else 0
     failures: list[str] = []
     delivered = 0
@@ -213,8 +218,6 @@ def start_campaign(
                         (effective, campaign_id),
                     )
             t0 = time.monotonic()
-            if conn.execute(query("begin_snapshot"), {"id": campaign_id}).fetchone() is None:
-                raise UsageError(f"campaign {campaign_id} was started concurrently")
             recipients = snapshot(conn, campaign_id, audience)
             snapshot_s = time.monotonic() - t0
             already = False
@@ -230,11 +233,7 @@ def start_campaign(
             produced = produce_pending(settings, conn, campaign_id, progress)
         except KafkaException as exc:
             raise FlashsendError(f"producing failed: {exc}; start again to resume") from exc
-        pending_row = conn.execute(
-            "SELECT count(*) FILTER (WHERE status = 'pending') FROM campaign_recipients "
-            "WHERE campaign_id = %s",
-            (campaign_id,),
-        ).fetchone()
+        pending_row = conn.execute(query("pending_count"), {"campaign_id": campaign_id}).fetchone()
         return StartResult(
             campaign_id,
             recipients,

@@ -43,6 +43,7 @@ class ReconcileResult:
 class Reconciler:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self._expired_at: dict[int, float] = {}
         self._codec = AvroCodec(registry_client(settings.schema_registry_url), "campaign_recipient")
         self._producer = Producer(
             {
@@ -114,6 +115,22 @@ class Reconciler:
         if self._producer.flush(60) or errors:
             raise FlashsendError(f"re-produce failed: {errors[:3]}")
 
+    def _counts(self, conn: psycopg.Connection[Any], campaign_id: int) -> tuple[int, int, int]:
+        """(pending, sending, flagged for requeue), from the trigger-kept counters."""
+        row = conn.execute(query("pending_count"), {"campaign_id": campaign_id}).fetchone()
+        return (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)
+
+    def _expiry_due(self, campaign_id: int, lease: float) -> bool:
+        """Expiring leases scans the campaign's rows, so a long-lived reconciler (the workers'
+        timer) does it at most every quarter lease: a row is declared unknown between 1 and
+        1.25 leases after its claim. A fresh reconciler (the CLI) always does it."""
+        now = time.monotonic()
+        last = self._expired_at.get(campaign_id)
+        if last is not None and now - last < lease / 4:
+            return False
+        self._expired_at[campaign_id] = now
+        return True
+
     def reconcile(self, campaign_id: int, *, lease_s: float | None = None) -> ReconcileResult:
         lease = self.settings.lease_s if lease_s is None else lease_s
         with psycopg.connect(self.settings.pg_dsn, autocommit=True) as conn:
@@ -137,13 +154,18 @@ class Reconciler:
         if row is None:
             raise FlashsendError(f"campaign {campaign_id} does not exist")
         status, produced_at = row
-        if status == "cancelled":
+        # Each step below scans the campaign's rows, so each runs only when the counters say
+        # it has something to do.
+        pending, sending, flagged = self._counts(conn, campaign_id)
+        if status == "cancelled" and pending:
             # A lane may have released rows as pending just after the cancel ran.
             conn.execute(query("cancel_pending"), {"id": campaign_id})
-        expired = conn.execute(query("expire_leases"), {**params, "lease_s": lease}).rowcount
+        expired = 0
+        if sending and self._expiry_due(campaign_id, lease):
+            expired = conn.execute(query("expire_leases"), {**params, "lease_s": lease}).rowcount
         requeued = orphans = 0
         if status == "sending" and produced_at is not None:
-            rows = conn.execute(query("take_requeue"), params).fetchall()
+            rows = conn.execute(query("take_requeue"), params).fetchall() if flagged else []
             if rows:
                 try:
                     self.produce(campaign_id, rows)
@@ -151,8 +173,7 @@ class Reconciler:
                     conn.execute(query("restore_requeue"), {**params, "seqs": [r[0] for r in rows]})
                     raise
                 requeued = len(rows)
-            counts = conn.execute(query("pending_count"), params).fetchone()
-            pending = int(counts[0]) if counts else 0
+            pending = self._counts(conn, campaign_id)[0]
             if pending and not requeued and self.consumed_everything(conn):
                 orphan_rows = conn.execute(
                     "SELECT seq, user_id FROM campaign_recipients WHERE campaign_id = %s "
@@ -163,8 +184,8 @@ class Reconciler:
                 orphans = len(orphan_rows)
         done = False
         if status == "sending" and produced_at is not None:
-            counts = conn.execute(query("pending_count"), params).fetchone()
-            if counts is not None and counts[0] == 0 and counts[1] == 0:
+            pending, sending, _ = self._counts(conn, campaign_id)
+            if pending == 0 and sending == 0:
                 done = (
                     conn.execute(
                         query("set_campaign_status"),

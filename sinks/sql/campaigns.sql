@@ -56,28 +56,27 @@ SELECT status, count(*) AS n FROM campaign_recipients
  WHERE campaign_id = %(id)s GROUP BY status;
 
 -- name: campaign_progress
--- Everything `campaign status` shows, in ONE pass over the campaign's rows (primary-key
--- prefix scan; no index on status by design — seed trap 5).
+-- Everything `campaign status` shows, from the trigger-kept counters (migration 0010): a sum
+-- over at most 64 x 7 rows, whatever the campaign's size. Counting the rows themselves took
+-- 0.9-2 s on 860k recipients (no index on status by design, seed trap 5).
 SELECT c.id, c.name, c.status, c.reason, c.rate_limit, c.recipients, c.started_at,
        c.snapshot_done_at, c.produced_at, c.paused_at, c.finished_at,
        extract(epoch FROM now() - c.started_at) AS elapsed_s,
-       p.pending, p.sending, p.sent, p.failed, p.unknown, p.skipped, p.cancelled, p.requeue,
-       p.recent_sent, extract(epoch FROM p.first_sent_at) AS first_sent_epoch,
+       p.pending, p.sending, p.sent, p.failed, p.unknown, p.skipped, p.cancelled,
+       extract(epoch FROM p.first_sent_at) AS first_sent_epoch,
        extract(epoch FROM p.last_sent_at) AS last_sent_epoch
   FROM campaigns c,
        LATERAL (
-         SELECT count(*) FILTER (WHERE status = 'pending')   AS pending,
-                count(*) FILTER (WHERE status = 'sending')   AS sending,
-                count(*) FILTER (WHERE status = 'sent')      AS sent,
-                count(*) FILTER (WHERE status = 'failed')    AS failed,
-                count(*) FILTER (WHERE status = 'unknown')   AS unknown,
-                count(*) FILTER (WHERE status = 'skipped')   AS skipped,
-                count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
-                count(*) FILTER (WHERE requeue)               AS requeue,
-                count(*) FILTER (WHERE sent_at > now() - interval '10 seconds') AS recent_sent,
-                min(sent_at) AS first_sent_at,
-                max(sent_at) AS last_sent_at
-           FROM campaign_recipients r WHERE r.campaign_id = c.id
+         SELECT coalesce(sum(n) FILTER (WHERE status = 'pending'), 0)::bigint   AS pending,
+                coalesce(sum(n) FILTER (WHERE status = 'sending'), 0)::bigint   AS sending,
+                coalesce(sum(n) FILTER (WHERE status = 'sent'), 0)::bigint      AS sent,
+                coalesce(sum(n) FILTER (WHERE status = 'failed'), 0)::bigint    AS failed,
+                coalesce(sum(n) FILTER (WHERE status = 'unknown'), 0)::bigint   AS unknown,
+                coalesce(sum(n) FILTER (WHERE status = 'skipped'), 0)::bigint   AS skipped,
+                coalesce(sum(n) FILTER (WHERE status = 'cancelled'), 0)::bigint AS cancelled,
+                min(first_sent_at) AS first_sent_at,
+                max(last_sent_at) AS last_sent_at
+           FROM campaign_status_counts k WHERE k.campaign_id = c.id
        ) p
  WHERE c.id = %(id)s;
 

@@ -55,8 +55,22 @@ RETURNING new.id, new.dedupe_key, new.ref, new.status, old.status AS old_status,
 -- expire_mail_leases instead). SKIP LOCKED: concurrent senders take different rows; FOR UPDATE
 -- re-checks the condition on the latest version, so a cancel committed meanwhile wins.
 -- attempts + 1 is the new fencing token. Committed before SES is called.
+-- Suppressions are re-checked here, at the last moment (a bounce or complaint can arrive
+-- between the enqueue and the send, e.g. for delayed mail), by the normalised address
+-- (streams.addresses.normalise_email = lower(btrim(...)), the key of email_suppressions). Only
+-- reasons that say "this mailbox must not get mail at all" block transactional mail: a hard
+-- bounce, a complaint, or an operator's manual block. A marketing-only reason such as
+-- 'unsubscribe' does not (an order confirmation still goes to someone who opted out of
+-- newsletters). A blocked row ends in this same statement, with no SES call and no new token:
+-- `failed` with last_error 'suppressed:<reason>' when nothing can have gone out; `unknown` when
+-- an earlier attempt may have delivered it (an expired lease, or a retry after no answer), the
+-- same rule as everywhere else. The caller writes its EmailFailed in the same transaction.
 WITH due AS (
-    SELECT id FROM mail
+    SELECT id,
+           (SELECT s.reason FROM email_suppressions s
+             WHERE s.email = lower(btrim(mail.to_email))
+               AND s.reason IN ('bounce', 'complaint', 'manual')) AS suppressed
+      FROM mail
      WHERE ((status = 'pending' AND send_after <= now())
             OR (status = 'sending' AND locked_until < now() AND delivery = 'at_least_once'))
        AND NOT cancel_requested
@@ -65,12 +79,21 @@ WITH due AS (
      FOR UPDATE SKIP LOCKED
 )
 UPDATE mail m
-   SET status = 'sending', attempts = m.attempts + 1, claimed_at = now(), updated_at = now(),
-       locked_until = now() + make_interval(secs => %(lease_s)s)
+   SET status = CASE WHEN due.suppressed IS NULL THEN 'sending'
+                     WHEN m.status = 'sending' OR starts_with(m.last_error, 'no_answer:')
+                          THEN 'unknown'
+                     ELSE 'failed' END,
+       attempts = m.attempts + CASE WHEN due.suppressed IS NULL THEN 1 ELSE 0 END,
+       claimed_at = now(), updated_at = now(),
+       locked_until = CASE WHEN due.suppressed IS NULL
+                           THEN now() + make_interval(secs => %(lease_s)s) END,
+       last_error = CASE WHEN due.suppressed IS NULL THEN m.last_error
+                         ELSE 'suppressed:' || due.suppressed END
   FROM due
  WHERE m.id = due.id
 RETURNING m.id, m.dedupe_key, m.ref, m.event_id, m.attempts, m.send_errors, m.to_email,
-          m.template, m.data, m.delivery, m.created_at, m.occurred_at;
+          m.template, m.data, m.delivery, m.created_at, m.occurred_at,
+          due.suppressed, m.status, m.cancel_requested, m.provider_id;
 
 -- name: mark_mail_sent
 -- Only the holder of the current token may record the outcome. A late answer for the same

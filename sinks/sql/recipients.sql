@@ -1,19 +1,23 @@
 -- name: snapshot_recipients
--- One INSERT…SELECT, one transaction: the audience at this instant. seq is dense 1..N in user
--- id order. Invalid addresses are recorded as skipped so they never reach SES. {audience} is
+-- One INSERT…SELECT inside the transaction that moves the campaign out of draft (the lock that
+-- makes a second start a no-op, so no ON CONFLICT: its speculative insertion cost 2.6 s on
+-- 860k rows). seq is dense 1..N in user id order. Invalid addresses are recorded as skipped
+-- so they never reach SES; the check is computed once per user (the OFFSET 0 fence stops the
+-- planner from inlining it into both CASEs) and has no bounded repetition ({{1,64}} made
+-- PostgreSQL's regex engine 8x slower): strpos bounds the local part instead. {audience} is
 -- the campaign's configured condition over users u (psycopg sql.format: braces doubled).
--- ON CONFLICT makes a repeat a no-op.
 INSERT INTO campaign_recipients (campaign_id, seq, user_id, email, status, reason)
-SELECT %(campaign_id)s, row_number() OVER (ORDER BY u.id), u.id, u.email,
-       CASE WHEN u.email ~ '^[^@[:space:]]{{1,64}}@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$'
-                 AND length(u.email) <= 254 THEN 'pending' ELSE 'skipped' END,
-       CASE WHEN u.email ~ '^[^@[:space:]]{{1,64}}@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$'
-                 AND length(u.email) <= 254 THEN NULL ELSE 'invalid_email' END
-  FROM users u
- WHERE ({audience})
-   -- Suppressions are keyed by the normalised address (streams.addresses.normalise_email).
-   AND NOT EXISTS (SELECT 1 FROM email_suppressions s WHERE s.email = lower(btrim(u.email)))
-ON CONFLICT DO NOTHING;
+SELECT %(campaign_id)s, row_number() OVER (ORDER BY a.id), a.id, a.email,
+       CASE WHEN a.valid THEN 'pending' ELSE 'skipped' END,
+       CASE WHEN a.valid THEN NULL ELSE 'invalid_email' END
+  FROM (SELECT u.id, u.email,
+               u.email ~ '^[^@[:space:]]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$'
+                 AND strpos(u.email, '@') <= 65 AND length(u.email) <= 254 AS valid
+          FROM users u
+         WHERE ({audience})
+           -- Suppressions are keyed by the normalised address (streams.addresses.normalise_email).
+           AND NOT EXISTS (SELECT 1 FROM email_suppressions s WHERE s.email = lower(btrim(u.email)))
+        OFFSET 0) a;
 
 -- name: pending_for_produce
 -- Rows still waiting for a doorbell, in seq order (primary-key range scan).
@@ -105,9 +109,12 @@ UPDATE campaign_recipients SET requeue = true
  WHERE campaign_id = %(campaign_id)s AND status = 'pending' AND seq = ANY(%(seqs)s);
 
 -- name: pending_count
-SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
-       count(*) FILTER (WHERE status = 'sending') AS sending
-  FROM campaign_recipients WHERE campaign_id = %(campaign_id)s;
+-- From the trigger-kept counters (migration 0010), not a scan: reconcile runs every few
+-- seconds on every worker.
+SELECT coalesce(sum(n) FILTER (WHERE status = 'pending'), 0)::bigint AS pending,
+       coalesce(sum(n) FILTER (WHERE status = 'sending'), 0)::bigint AS sending,
+       coalesce(sum(n) FILTER (WHERE status = 'requeue'), 0)::bigint AS requeue
+  FROM campaign_status_counts WHERE campaign_id = %(campaign_id)s;
 
 -- name: stored_offsets
 SELECT partition, next_offset FROM kafka_offsets WHERE group_id = %(group_id)s AND topic = %(topic)s;

@@ -55,11 +55,31 @@ def wait_finished(settings: Settings, campaign_id: int, pool: WorkerPool | None 
         time.sleep(0.3)
 
 
+# Counted by scanning the rows and, in the same statement (one snapshot), read from the
+# trigger-kept counters that `campaign status` and reconcile use (migration 0010).
+_SCAN_AND_COUNTERS = """
+WITH scan AS (
+    SELECT status, count(*) AS n FROM campaign_recipients WHERE campaign_id = %(id)s
+     GROUP BY status
+    UNION ALL
+    SELECT 'requeue', count(*) FROM campaign_recipients WHERE campaign_id = %(id)s AND requeue
+), kept AS (
+    SELECT status, sum(n)::bigint AS n FROM campaign_status_counts WHERE campaign_id = %(id)s
+     GROUP BY status
+)
+SELECT status, coalesce(scan.n, 0), coalesce(kept.n, 0) FROM scan FULL JOIN kept USING (status)
+"""
+
+
 def statuses(settings: Settings, campaign_id: int) -> dict[str, int]:
+    """Recipients per status; also checks that the counters agree with the rows."""
     with psycopg.connect(settings.pg_dsn) as conn:
-        rows = conn.execute("SELECT status, count(*) FROM campaign_recipients "
-                            "WHERE campaign_id = %s GROUP BY status", (campaign_id,)).fetchall()
-    return {str(s): int(n) for s, n in rows}
+        rows = conn.execute(_SCAN_AND_COUNTERS, {"id": campaign_id}).fetchall()
+    scanned = {str(s): int(n) for s, n, _ in rows if n}
+    kept = {str(s): int(k) for s, _, k in rows if k}
+    assert kept == scanned, f"counters {kept} disagree with the rows {scanned}"
+    scanned.pop("requeue", None)
+    return scanned
 
 
 def stats(settings: Settings, campaign_id: int) -> dict[str, Any]:

@@ -108,7 +108,6 @@ def test_reconcile_expires_leases_and_reproduces_lost_doorbells(settings: Settin
     cid = new_campaign(settings)
     # Snapshot, then pretend the doorbells were lost: produce only a third of them.
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
-        conn.execute("UPDATE campaigns SET status = 'snapshotting' WHERE id = %s", (cid,))
         from producers.campaign import snapshot
 
         snapshot(conn, cid, settings.audience_condition)

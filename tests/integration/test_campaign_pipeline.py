@@ -50,7 +50,6 @@ def test_claim_is_conditional_two_claimers_one_winner(settings: Settings) -> Non
     seed_users(settings.pg_dsn, 2_000)
     cid = new_campaign(settings)
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
-        conn.execute(query("begin_snapshot"), {"id": cid})
         from producers.campaign import snapshot
 
         snapshot(conn, cid, settings.audience_condition)
