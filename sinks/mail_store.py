@@ -31,7 +31,7 @@ from streams.mail_logic import (
     lifecycle_events,
 )
 
-__all__ = ["ClaimedMail", "IngestOutcome", "MailStore", "StoreUnavailable", "Transition"]
+__all__ = ["Claim", "ClaimedMail", "IngestOutcome", "MailStore", "StoreUnavailable", "Transition"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,15 @@ class Transition:
     cancel_requested: bool
     attempts: int
     provider_id: str | None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim: the rows to send now, and the rows it ended because their address is
+    suppressed (status failed/unknown, last_error 'suppressed:<reason>', EmailFailed written)."""
+
+    mails: list[ClaimedMail]
+    suppressed: list[tuple[Transition, str]]  # (the ended row, the suppression reason)
 
 
 @dataclass(frozen=True)
@@ -178,12 +187,40 @@ class MailStore:
         return IngestOutcome(created, duplicates, cancels, fenced)
 
     async def claim(self, limit: int, lease_s: float) -> list[ClaimedMail]:
+        """The rows to send now (see claim_batch; suppressed rows are ended there)."""
+        return (await self.claim_batch(limit, lease_s)).mails
+
+    async def claim_batch(self, limit: int, lease_s: float) -> Claim:
+        """Claim up to `limit` due rows. Rows whose address is suppressed (bounce, complaint,
+        manual) are ended by the same statement instead, and their EmailFailed is written in
+        the same short transaction; the caller only ever sees them as `suppressed`."""
         try:
-            async with self._pool.connection() as conn:
+            async with self._pool.connection() as conn, conn.transaction():
                 cur = await conn.execute(
                     query("claim_due_mail"), {"limit": limit, "lease_s": lease_s}
                 )
-                return [ClaimedMail(*row) for row in await cur.fetchall()]
+                mails: list[ClaimedMail] = []
+                ended: list[tuple[Transition, str]] = []
+                events: list[tuple[Transition, str, str | None]] = []
+                for row in await cur.fetchall():
+                    mail = ClaimedMail(*row[:12])
+                    reason, status, cancel_requested, provider_id = row[12:]
+                    if reason is None:
+                        mails.append(mail)
+                        continue
+                    done = Transition(
+                        mail.id,
+                        mail.dedupe_key,
+                        mail.ref,
+                        status,
+                        cancel_requested,
+                        mail.token,
+                        provider_id,
+                    )
+                    ended.append((done, str(reason)))
+                    events += transition_events([done], f"suppressed:{reason}")
+                await self._emit(conn, events)
+                return Claim(mails, ended)
         except psycopg.Error as exc:
             raise StoreUnavailable(str(exc)) from exc
 

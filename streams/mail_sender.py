@@ -6,7 +6,9 @@ Loop: wake on a doorbell (in-process after ingest, NOTIFY mail_due from any proc
 as many rows as there are free call slots, so a claimed row waits for a slot, never for the
 lease. Each call is paced by a GCRA limiter at `rate` (the transactional share of the SES
 account's MaxSendRate, kept free by the campaign preflight), and runs in a thread (boto3 is
-blocking) with SDK retries off.
+blocking) with SDK retries off. The claim also ends rows whose address is suppressed (bounce,
+complaint, manual: sinks/sql/mail.sql claim_due_mail) without any call; they only show up here
+as `suppressed` in the stats and the log.
 
 The duplicate window is one provider call: between SES accepting a mail and our
 `mark_mail_sent` committing. A worker killed inside it leaves the row `sending`; at-least-once
@@ -61,6 +63,7 @@ class SenderStats:
     failed: int = 0
     unknown: int = 0
     cancelled: int = 0
+    suppressed: int = 0  # ended at the claim: the address is on the suppression list
     fenced: int = 0
     expired: int = 0
     max_send_s: float = 0.0
@@ -133,8 +136,11 @@ class MailSender:
             claimed: list[ClaimedMail] = []
             if free > 0:
                 self._wake.clear()
-                claimed = await self._retry(self.store.claim, free, self.config.lease_s)
+                batch = await self._retry(self.store.claim_batch, free, self.config.lease_s)
+                claimed = batch.mails
                 self.stats.claimed += len(claimed)
+                if batch.suppressed:
+                    self._suppressed(batch.suppressed)
                 for mail in claimed:
                     task = asyncio.create_task(self._send(mail), name=f"mail-{mail.id}")
                     self._inflight.add(task)
@@ -143,6 +149,21 @@ class MailSender:
                 await self._wait(self.config.poll_s)  # a slot frees -> wake
             elif not claimed:
                 await self._wait(await self._idle_wait())
+
+    def _suppressed(self, ended: list[tuple[Transition, str]]) -> None:
+        """Rows the claim ended because their address is suppressed: no call was made. They
+        took places in the claim's limit, so look again at once for more due rows."""
+        self.stats.suppressed += len(ended)
+        metrics.count_mail("suppressed", len(ended))
+        for row, reason in ended:
+            log.info(
+                "mail dedupe_key=%s attempts=%s outcome=suppressed:%s status=%s (no call made)",
+                row.dedupe_key,
+                row.attempts,
+                reason,
+                row.status,
+            )
+        self._wake.set()
 
     def _call_done(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
