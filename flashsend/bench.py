@@ -61,22 +61,24 @@ class BenchOptions:
     out_dir: Path = Path("bench/results")
 
 
-def stack_pids(settings: Settings, workers: WorkerPool) -> list[int]:
-    """Every process of the stack: broker, postgres (+ backends), stand-in, workers."""
+def stack_pids(settings: Settings, workers: WorkerPool) -> dict[str, list[int]]:
+    """Every process of the stack by component: broker, postgres (+ backends), stand-in,
+    workers."""
     run = settings.state_dir / "run"
-    roots: list[int] = [p.pid for p in workers.alive()]
+    roots: dict[str, list[int]] = {"workers": [p.pid for p in workers.alive()]}
     for name in ("kafka", "ses"):
         with contextlib.suppress(FileNotFoundError, ValueError):
-            roots.append(int((run / f"{name}.pid").read_text().split()[0]))
+            roots[name] = [int((run / f"{name}.pid").read_text().split()[0])]
     try:
         pid_file = settings.state_dir / "postgres" / "data" / "postmaster.pid"
-        roots.append(int(pid_file.read_text().split()[0]))
+        roots["postgres"] = [int(pid_file.read_text().split()[0])]
     except (FileNotFoundError, ValueError, PermissionError):
         pass
     return roots
 
 
 def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU of the processes and all their descendants, live or reaped."""
     total = 0.0
     for pid in pids:
         try:
@@ -92,6 +94,10 @@ def cpu_seconds(pids: list[int]) -> float:
         except psutil.Error:
             continue
     return total
+
+
+def cpu_by_component(roots: dict[str, list[int]]) -> dict[str, float]:
+    return {name: cpu_seconds(pids) for name, pids in roots.items()}
 
 
 def _progress(settings: Settings, cid: int) -> Progress:
@@ -132,8 +138,8 @@ def run_campaign(
         settings, name=f"bench-{rate:g}-{int(time.time())}", rate=rate, audience=condition
     )
     began = time.monotonic()
-    pids = stack_pids(settings, pool)
-    cpu0 = cpu_seconds(pids)
+    roots = stack_pids(settings, pool)
+    cpu0 = cpu_by_component(roots)
     started = start_campaign(settings, cid)
     p = _wait(settings, cid, pool, timeout)
     end_to_end = time.monotonic() - began
@@ -142,7 +148,10 @@ def run_campaign(
         # rate of every live campaign against the account's budget.
         with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
             CampaignStore(conn).transition(cid, "done", None)
-    cpu = cpu_seconds(pids) - cpu0
+    cpu1 = cpu_by_component(roots)
+    cpu_parts = {k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}
+    cpu = sum(cpu_parts.values())
+    sent = max(1, p["sent"])
     stats = standin_stats(settings, cid)
     return {
         "campaign_id": cid,
@@ -156,7 +165,10 @@ def run_campaign(
         "send_rate_per_s": round(p.send_rate, 1),
         "end_to_end_s": round(end_to_end, 1),
         "cpu_s": round(cpu, 1),
-        "cpu_us_per_recipient": round(cpu / max(1, p["sent"]) * 1e6, 1),
+        "cpu_us_per_recipient": round(cpu / sent * 1e6, 1),
+        "cpu_us_per_recipient_by_component": {
+            k: round(v / sent * 1e6, 1) for k, v in sorted(cpu_parts.items())
+        },
         "duplicates": stats.get("duplicates"),
         "max_1s_window": stats.get("max_1s_window"),
     }
@@ -326,6 +338,7 @@ def run_bench(
                     "send_rate_per_s",
                     "end_to_end_s",
                     "cpu_us_per_recipient",
+                    "cpu_us_per_recipient_by_component",
                 )
             }
         )

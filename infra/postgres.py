@@ -41,6 +41,7 @@ max_wal_size = 4GB
 checkpoint_timeout = 15min
 log_min_duration_statement = 2000
 log_line_prefix = '%m [%p] %d '
+shared_preload_libraries = 'pg_stat_statements'
 """
 
 

@@ -20,6 +20,7 @@ from flashsend.deliverability import check_separation
 from flashsend.errors import FlashsendError, NotFound, UsageError
 from flashsend.settings import Settings
 from producers.topics import ensure_topics
+from schemas.doorbell import DoorbellWriter
 from schemas.serde import AvroCodec, registry_client
 from sinks.queries import query
 from sinks.ses import SesCallFailed, SesSender, make_client
@@ -143,9 +144,9 @@ def produce_pending(
             delivered += 1
 
     produced = 0
-    now_ms = int(time.time() * 1000)
-    encode = codec.encode
+    encode = DoorbellWriter(codec, campaign_id, int(time.time() * 1000)).encode
     produce = producer.produce
+    topic = settings.topic_recipients
     after_seq = 0
     while True:
         # Keyset pages over the primary key: no long-running transaction, no server cursor.
@@ -157,22 +158,10 @@ def produce_pending(
             break
         after_seq = rows[-1][0]
         for seq, user_id in rows:
-            value = encode(
-                {
-                    "campaign_id": campaign_id,
-                    "seq": seq,
-                    "user_id": user_id,
-                    "produced_at_ms": now_ms,
-                }
-            )
+            value = encode(seq, user_id)
             while True:
                 try:
-                    produce(
-                        settings.topic_recipients,
-                        value=value,
-                        key=str(user_id).encode(),
-                        on_delivery=on_delivery,
-                    )
+                    produce(topic, value, str(user_id).encode(), on_delivery=on_delivery)
                     break
                 except BufferError:
                     producer.poll(0.1)

@@ -23,6 +23,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
+from schemas.doorbell import DoorbellWriter
 from schemas.serde import AvroCodec, registry_client
 from sinks.queries import query
 
@@ -95,16 +96,9 @@ class Reconciler:
 
     def produce(self, campaign_id: int, rows: Sequence[tuple[int, int]]) -> None:
         errors: list[str] = []
-        now_ms = int(time.time() * 1000)
+        encode = DoorbellWriter(self._codec, campaign_id, int(time.time() * 1000)).encode
         for seq, user_id in rows:
-            value = self._codec.encode(
-                {
-                    "campaign_id": campaign_id,
-                    "seq": seq,
-                    "user_id": user_id,
-                    "produced_at_ms": now_ms,
-                }
-            )
+            value = encode(seq, user_id)
             self._producer.produce(
                 self.settings.topic_recipients,
                 value=value,

@@ -114,6 +114,16 @@ class AvroCodec:
         self._writers: dict[int, Any] = {self.schema_id: self._reader}
         self._lock = threading.Lock()
 
+    @property
+    def header(self) -> bytes:
+        """The wire-format header (magic byte + schema id) this codec writes."""
+        return self._header
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The schema this codec writes (parsed JSON of the latest schema file)."""
+        return dict(self._schema_json)
+
     def encode(self, record: dict[str, Any]) -> bytes:
         buf = io.BytesIO()
         buf.write(self._header)
