@@ -28,24 +28,29 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="add N synthetic users (some inactive, opted out, "
         "suppressed, invalid — realistic shares)",
     )
-    p.add_argument("count", type=int)
+    p.add_argument("count", type=int, help="how many users to add (ids continue after the last)")
     p.set_defaults(func=cmd_users_seed)
 
     tmpl = sub.add_parser("template", help="SES templates").add_subparsers(
         dest="tmpl_cmd", required=True
     )
     p = tmpl.add_parser("put", help="create or update an SES template ({{var}} placeholders)")
-    p.add_argument("name", nargs="?", default=DEFAULT_TEMPLATE)
-    p.add_argument("--subject", default=DEFAULT_SUBJECT)
-    p.add_argument("--html", default=DEFAULT_HTML)
-    p.add_argument("--text", default=DEFAULT_TEXT)
+    p.add_argument("name", nargs="?", default=DEFAULT_TEMPLATE, help="template name (%(default)s)")
+    p.add_argument("--subject", default=DEFAULT_SUBJECT, help="subject line with {{var}}s")
+    p.add_argument("--html", default=DEFAULT_HTML, help="HTML body with {{var}}s")
+    p.add_argument("--text", default=DEFAULT_TEXT, help="plain-text body with {{var}}s")
     p.set_defaults(func=cmd_template_put)
 
     camp = sub.add_parser("campaign", help="create, start, watch and control campaigns")
     csub = camp.add_subparsers(dest="campaign_cmd", required=True, metavar="ACTION")
     p = csub.add_parser("create", help="create a draft campaign (prints its id)")
-    p.add_argument("--name", required=True)
-    p.add_argument("--template", default=DEFAULT_TEMPLATE)
+    p.add_argument("--name", required=True, help="a name for people (shown by status/report)")
+    p.add_argument(
+        "--template",
+        default=DEFAULT_TEMPLATE,
+        help="SES template to send (must exist at start: flashsend template put; "
+        "default %(default)s)",
+    )
     p.add_argument(
         "--from",
         dest="from_address",
@@ -74,13 +79,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="preflight, snapshot recipients, produce them to Kafka "
         "(starting twice produces nothing new)",
     )
-    p.add_argument("id", type=int)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("id", type=int, help="campaign id (from campaign create)")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(func=cmd_start)
 
-    p = csub.add_parser("status", help="counts per status, rate and ETA (one query)")
-    p.add_argument("id", type=int)
-    p.add_argument("--json", action="store_true")
+    p = csub.add_parser(
+        "status", help="counts per status, rate and ETA (trigger-kept counters: ~1 ms at 1M rows)"
+    )
+    p.add_argument("id", type=int, help="campaign id")
+    p.add_argument("--json", action="store_true", help="print one JSON object per refresh")
     p.add_argument("--watch", action="store_true", help="refresh until the campaign is done")
     p.set_defaults(func=cmd_status)
 
@@ -90,8 +97,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ("cancel", "cancel every still-pending recipient"),
     ):
         p = csub.add_parser(action, help=help_text)
-        p.add_argument("id", type=int)
-        p.add_argument("--reason", default=f"operator {action}")
+        p.add_argument("id", type=int, help="campaign id")
+        p.add_argument(
+            "--reason", default=f"operator {action}", help="recorded on the campaign (%(default)s)"
+        )
         p.set_defaults(func=cmd_control, action=action)
 
 
