@@ -25,7 +25,8 @@ from flashsend.demo import ensure_users, standin_stats
 from flashsend.settings import Settings
 from flashsend.workers import WorkerPool
 from infra.ses_standin.admin import SesStandinAdmin
-from producers.campaign import requeue_pending, start_campaign
+from producers.campaign import start_campaign
+from producers.reconcile import requeue_after_resume
 from sinks.campaign_store import CampaignStore, Progress
 from sinks.ses import SesSender, make_client
 
@@ -225,7 +226,7 @@ def pause_latencies(settings: Settings, pool: WorkerPool, pauses: int, users: in
             last = max((m["time"] for m in msgs), default=returned)
             out.append(round(max(0.0, last - returned) * 1000, 1))
             store.transition(cid, "sending", None)
-            requeue_pending(settings, cid)
+            requeue_after_resume(settings, cid)
         with contextlib.suppress(UsageError):
             store.transition(cid, "cancelled", "bench done")
     return out

@@ -232,10 +232,3 @@ def start_campaign(
             time.monotonic() - t1,
             already,
         )
-
-
-def requeue_pending(settings: Settings, campaign_id: int) -> int:
-    """Ring again for every pending row (after resume / reconcile). Duplicate doorbells are
-    harmless: the claim is conditional."""
-    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
-        return produce_pending(settings, conn, campaign_id)

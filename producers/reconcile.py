@@ -125,12 +125,20 @@ class Reconciler:
         self._expired_at[campaign_id] = now
         return True
 
-    def reconcile(self, campaign_id: int, *, lease_s: float | None = None) -> ReconcileResult:
+    def reconcile(
+        self, campaign_id: int, *, lease_s: float | None = None, wait: bool = False
+    ) -> ReconcileResult:
+        """One pass. Another reconciler busy with the campaign makes this a no-op, unless
+        `wait` (resume: the rows must be produced again now, not at the next tick)."""
         lease = self.settings.lease_s if lease_s is None else lease_s
         with psycopg.connect(self.settings.pg_dsn, autocommit=True) as conn:
-            locked = conn.execute(
-                "SELECT pg_try_advisory_lock(%s, %s)", (0x5EC0, campaign_id)
-            ).fetchone()
+            if wait:
+                conn.execute("SELECT pg_advisory_lock(%s, %s)", (0x5EC0, campaign_id))
+                locked: tuple[Any, ...] | None = (True,)
+            else:
+                locked = conn.execute(
+                    "SELECT pg_try_advisory_lock(%s, %s)", (0x5EC0, campaign_id)
+                ).fetchone()
             if not locked or not locked[0]:
                 return ReconcileResult(campaign_id, 0, 0, 0, False, skipped_locked=True)
             try:
@@ -193,3 +201,12 @@ class Reconciler:
                     > 0
                 )
         return ReconcileResult(campaign_id, expired, requeued, orphans, done)
+
+
+def requeue_after_resume(settings: Settings, campaign_id: int) -> int:
+    """After `resume`: produce doorbells again for the rows that lost theirs while the campaign
+    was paused (consumed and flagged `requeue` by a claim, or released from a lane), and for
+    any lost otherwise. Rows whose doorbell is still in Kafka simply get it consumed. Returns
+    how many doorbells were produced."""
+    result = Reconciler(settings).reconcile(campaign_id, wait=True)
+    return result.requeued + result.orphans

@@ -87,8 +87,9 @@ class RecipientStore:
                 for cid, seq, user_id, email, first_name, status in await cur.fetchall():
                     if status == "sending":
                         claimed.append(ClaimedRecipient(cid, seq, user_id, email, first_name))
-                    else:
+                    elif status == "skipped":
                         skipped += 1
+                    # 'pending': a paused campaign's row, flagged for requeue on resume
                 return ClaimOutcome(claimed, skipped, fenced)
         except psycopg.Error as exc:
             raise StoreUnavailable(str(exc)) from exc

@@ -12,14 +12,17 @@ through `app.offset_source` (see streams/app.py).
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any, ClassVar
 
 from faust.transport.drivers import TRANSPORTS
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaFaustConsumer
 from faust.transport.drivers.aiokafka import Transport as AIOKafkaTransport
 from faust.types import TP
+from mode.services import WaitResults
 
 log = logging.getLogger("flashsend.offsets")
 
@@ -29,7 +32,62 @@ SCHEME = "pgkafka"
 OffsetSource = Callable[[str, list[int]], Awaitable[Mapping[int, int]]]
 
 
+async def _resume(coro: Coroutine[Any, Any, Any], yielded: Any) -> Any:
+    """Drive a coroutine whose first step already ran, the way asyncio.Task does: wait until
+    the future it yielded is done (None: a bare yield), then send None — the coroutine reads
+    the future's result or exception itself. Cancelling this coroutine cancels that future
+    (or, if it is already done, throws the cancellation into the coroutine)."""
+    while True:
+        try:
+            if yielded is None:
+                await asyncio.sleep(0)
+            else:
+                # As asyncio.Task does before waiting on a yielded future; left set, awaiting
+                # it again fails with "await wasn't used with future".
+                yielded._asyncio_future_blocking = False
+                await asyncio.wait([yielded])  # waits; leaves the outcome to the coroutine
+        except asyncio.CancelledError as exc:
+            if yielded is None or not yielded.cancel():
+                try:
+                    yielded = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value
+                continue
+        try:
+            yielded = coro.send(None)
+        except StopIteration as done:
+            return done.value
+
+
 class PgOffsetsConsumer(AIOKafkaFaustConsumer):
+    async def wait_first(self, *coros: Any, timeout: Any = None) -> WaitResults:
+        """Fast path for the fetch loop's per-record `wait_first(callback(message),
+        suspend_flow.wait())` (faust/transport/consumer.py, the only caller on a consumer).
+        mode's wait_first builds four tasks and an asyncio.wait for every record: with py-spy
+        that was ~10% of a campaign worker's CPU. When the callback finishes without
+        suspending (the stream's buffer has room: the usual case) its result is returned at
+        once. A callback that suspends goes on under mode's wait_first, so a flow suspension
+        (rebalance), stop or crash still interrupts it exactly as before."""
+        if (
+            len(coros) != 2
+            or timeout is not None
+            or not all(inspect.iscoroutine(c) for c in coros)
+            or self.suspend_flow.is_set()
+            or self._stopped.is_set()
+            or self._crashed.is_set()
+        ):
+            return await super().wait_first(*coros, timeout=timeout)
+        callback, suspended = coros
+        try:
+            yielded = callback.send(None)
+        except StopIteration as done:
+            suspended.close()
+            return WaitResults([callback], [done.value], False)
+        except BaseException:
+            suspended.close()
+            raise
+        return await super().wait_first(_resume(callback, yielded), suspended)
+
     async def seek_to_committed(self) -> Mapping[TP, int]:
         committed: dict[TP, int] = dict(await super().seek_to_committed())
         source: OffsetSource | None = getattr(self.app, "offset_source", None)

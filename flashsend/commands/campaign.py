@@ -234,9 +234,9 @@ def cmd_control(args: argparse.Namespace) -> int:
         # lane has seen the new state, so at most the call already in flight completes.
         time.sleep(POLL_INTERVAL_S * 2 + 0.05)
     if target == "sending":
-        from producers.campaign import requeue_pending
+        from producers.reconcile import requeue_after_resume
 
-        requeued = requeue_pending(settings, args.id)
+        requeued = requeue_after_resume(settings, args.id)
         print(f"campaign {args.id} resumed; {requeued:,} pending recipient(s) queued again")
     else:
         print(f"campaign {args.id} {target}")

@@ -19,7 +19,9 @@ UPDATE campaigns SET status = 'snapshotting', started_at = now(), updated_at = n
 RETURNING id;
 
 -- name: finish_snapshot
-UPDATE campaigns SET status = 'sending', recipients = %(recipients)s, snapshot_done_at = now(),
+-- clock_timestamp(): the snapshot runs in the transaction that set started_at = now().
+UPDATE campaigns SET status = 'sending', recipients = %(recipients)s,
+       snapshot_done_at = clock_timestamp(),
        updated_at = now()
  WHERE id = %(id)s AND status = 'snapshotting';
 

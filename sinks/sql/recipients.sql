@@ -30,10 +30,13 @@ SELECT seq, user_id FROM campaign_recipients
 -- Re-check opt-in and suppression right before sending (seed trap 6), then claim. The
 -- conditional UPDATE (status = 'pending', campaign sending) is the claim: two workers racing
 -- on the same rows serialise on the row lock and the second finds nothing to do.
+-- A doorbell of a PAUSED campaign is consumed too (the partition keeps flowing for other
+-- campaigns): its row stays pending and is flagged `requeue`, so resume re-produces only the
+-- rows whose doorbell is gone, not every pending row (returned with status 'pending').
 WITH batch AS (
     SELECT * FROM unnest(%(campaign_ids)s::bigint[], %(seqs)s::int[]) AS b(campaign_id, seq)
 ), cand AS (
-    SELECT r.campaign_id, r.seq, u.first_name,
+    SELECT r.campaign_id, r.seq, u.first_name, c.status = 'paused' AS paused,
            CASE WHEN u.id IS NULL THEN 'user_deleted'
                 WHEN NOT u.marketing_opt_in THEN 'opted_out'
                 WHEN u.status <> 'active' THEN 'inactive'
@@ -41,17 +44,19 @@ WITH batch AS (
            END AS skip_reason
       FROM batch b
       JOIN campaign_recipients r ON r.campaign_id = b.campaign_id AND r.seq = b.seq
-      JOIN campaigns c ON c.id = r.campaign_id AND c.status = 'sending'
+      JOIN campaigns c ON c.id = r.campaign_id AND c.status IN ('sending', 'paused')
       LEFT JOIN users u ON u.id = r.user_id
       LEFT JOIN email_suppressions s ON s.email = lower(btrim(r.email))  -- normalised key
      WHERE r.status = 'pending'
 )
 UPDATE campaign_recipients r
-   SET status = CASE WHEN cand.skip_reason IS NULL THEN 'sending' ELSE 'skipped' END,
-       reason = cand.skip_reason,
-       claimed_at = now(),
-       requeue = false,
-       attempts = r.attempts + CASE WHEN cand.skip_reason IS NULL THEN 1 ELSE 0 END
+   SET status = CASE WHEN cand.paused THEN 'pending'
+                     WHEN cand.skip_reason IS NULL THEN 'sending' ELSE 'skipped' END,
+       reason = CASE WHEN cand.paused THEN r.reason ELSE cand.skip_reason END,
+       claimed_at = CASE WHEN cand.paused THEN r.claimed_at ELSE now() END,
+       requeue = cand.paused,
+       attempts = r.attempts
+                  + CASE WHEN NOT cand.paused AND cand.skip_reason IS NULL THEN 1 ELSE 0 END
   FROM cand
  WHERE r.campaign_id = cand.campaign_id AND r.seq = cand.seq AND r.status = 'pending'
 RETURNING r.campaign_id, r.seq, r.user_id, r.email, cand.first_name, r.status;

@@ -11,12 +11,13 @@ from confluent_kafka import Producer
 
 from flashsend.settings import Settings
 from flashsend.workers import WorkerPool
-from producers.campaign import requeue_pending, start_campaign
+from producers.campaign import start_campaign
 from producers.dlq import read_dead_letters
-from producers.reconcile import Reconciler
+from producers.reconcile import Reconciler, requeue_after_resume
 from schemas.serde import AvroCodec, registry_client
 from sinks.campaign_store import CampaignStore
 from sinks.users import seed_users
+from streams.campaign_state import POLL_INTERVAL_S
 from tests.integration.campaign_helpers import (
     admin,
     new_campaign,
@@ -38,6 +39,15 @@ def _transition(settings: Settings, cid: int, status: str) -> None:
         CampaignStore(conn).transition(cid, status, f"test {status}")
 
 
+def statuses_flagged(settings: Settings, campaign_id: int) -> int:
+    with psycopg.connect(settings.pg_dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM campaign_recipients WHERE campaign_id = %s AND requeue",
+            (campaign_id,),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def test_pause_stops_calls_within_a_second_and_resume_loses_nothing(settings: Settings) -> None:
     seed_users(settings.pg_dsn, 8_000)
     cid = new_campaign(settings, rate=1_200)
@@ -49,7 +59,7 @@ def test_pause_stops_calls_within_a_second_and_resume_loses_nothing(settings: Se
         start_campaign(settings, other)
         _wait_sent(settings, cid, 1_000)
         _transition(settings, cid, "paused")
-        time.sleep(0.25)  # what `flashsend campaign pause` waits: two campaign-poll intervals
+        time.sleep(POLL_INTERVAL_S * 2 + 0.05)  # what `flashsend campaign pause` waits
         returned_at = time.time()
         time.sleep(2.0)
         late = [
@@ -67,7 +77,15 @@ def test_pause_stops_calls_within_a_second_and_resume_loses_nothing(settings: Se
         assert statuses(settings, other).get("sent", 0) > other_before
         assert statuses(settings, cid).get("sent", 0) == paused_sent
         _transition(settings, cid, "sending")
-        requeue_pending(settings, cid)
+        # Only rows whose doorbell went while paused are produced again (here the worker had
+        # consumed the whole backlog, so that is every pending row, and none twice).
+        pending_now = statuses(settings, cid).get("pending", 0)
+        deadline = time.monotonic() + 30
+        while statuses_flagged(settings, cid) < pending_now and time.monotonic() < deadline:
+            time.sleep(0.2)  # the worker consumes the paused campaign's doorbells and flags rows
+        assert statuses_flagged(settings, cid) == pending_now
+        assert requeue_after_resume(settings, cid) == pending_now
+        assert statuses_flagged(settings, cid) == 0
         wait_finished(settings, cid, pool, timeout=120)
         wait_finished(settings, other, pool, timeout=120)
     finally:
