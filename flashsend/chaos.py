@@ -88,7 +88,7 @@ def run_chaos(base: Settings, options: ChaosOptions, log: Any = print) -> dict[s
     campaign_id = create_campaign(
         settings, name=f"chaos-{int(time.time())}", rate=options.rate, audience=audience
     )
-    pool = WorkerPool(settings, settings.state_dir / "logs" / f"chaos-{campaign_id}")
+    pool = WorkerPool(settings, settings.state_dir / "logs" / f"chaos-{campaign_id}", static=True)
     pool.start(options.workers)
     counters = {
         "kills": 0,

@@ -79,6 +79,11 @@ class Settings(BaseSettings):
     worker_shutdown_grace_s: float = 20.0  # hard exit this long after SIGTERM
     worker_exit_with_parent: bool = False  # set for workers spawned by demo/chaos/bench/tests
     group_rebalance_timeout_s: float = 20.0
+    # Static group membership (Kafka KIP-345). A supervised worker restarted under the same
+    # instance name takes its partitions back without a rebalance, instead of the group
+    # waiting a session timeout for the dead member and then rebalancing everyone. Empty:
+    # dynamic membership. Set per slot by WorkerPool(static=True) (chaos), or by hand.
+    worker_instance: str = ""
 
     # Transactional mail (issue 6) — docs/transactional.md explains each knob.
     orders_database: str = "flashsend_orders"  # the demo order service's own database

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -43,6 +44,17 @@ class WorkerPool:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     max_rss_mb: float = 0.0
     started: int = 0
+    # Static group membership: each worker gets FLASHSEND_WORKER_INSTANCE = "<pool>-<slot>" and
+    # a replacement reuses the slot of a dead worker (see Settings.worker_instance).
+    static: bool = False
+    slots: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    pool_id: str = field(default_factory=lambda: secrets.token_hex(3))
+
+    def _free_slot(self) -> int:
+        slot = 0
+        while slot in self.slots and self.slots[slot].poll() is None:
+            slot += 1
+        return slot
 
     def spawn(self) -> subprocess.Popen[bytes]:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -52,6 +64,9 @@ class WorkerPool:
             "PYTHONUNBUFFERED": "1",
             "FLASHSEND_WORKER_EXIT_WITH_PARENT": "true",
         }
+        slot = self._free_slot()
+        if self.static:
+            env["FLASHSEND_WORKER_INSTANCE"] = f"{self.pool_id}-{slot}"
         name = "worker" if self.role == "campaign" else f"{self.role}-worker"
         log = open(self.log_dir / f"{name}-{self.started}.log", "ab")  # noqa: SIM115
         proc = subprocess.Popen(
@@ -73,6 +88,7 @@ class WorkerPool:
         log.close()
         self.started += 1
         self.procs.append(proc)
+        self.slots[slot] = proc
         return proc
 
     def start(self, count: int) -> None:

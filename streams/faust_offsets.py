@@ -149,6 +149,8 @@ def app_options(settings: Any, app_id: str, partitions: int, **overrides: Any) -
         "broker_commit_interval": 5.0,
         "datadir": str(settings.state_dir / "faust" / app_id),
     }
+    if getattr(settings, "worker_instance", ""):
+        options["consumer_group_instance_id"] = f"{app_id}-{settings.worker_instance}"
     options.update(overrides)
     return options
 
