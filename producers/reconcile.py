@@ -25,6 +25,7 @@ from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
 from schemas.doorbell import DoorbellWriter
 from schemas.serde import AvroCodec, registry_client
+from sinks.campaign_store import CampaignStore
 from sinks.queries import query
 
 
@@ -161,7 +162,7 @@ class Reconciler:
         pending, sending, flagged = self._counts(conn, campaign_id)
         if status == "cancelled" and pending:
             # A lane may have released rows as pending just after the cancel ran.
-            conn.execute(query("cancel_pending"), {"id": campaign_id})
+            CampaignStore(conn).cancel_pending(campaign_id)  # retried on deadlock
         expired = 0
         if sending and self._expiry_due(campaign_id, lease):
             expired = conn.execute(query("expire_leases"), {**params, "lease_s": lease}).rowcount

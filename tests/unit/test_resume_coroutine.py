@@ -11,9 +11,9 @@ import pytest
 from streams.faust_offsets import _resume
 
 
-def _first_step(coro: Any) -> Any:
-    """Run the first step by hand, as the fast path does."""
-    return coro.send(None)
+def _drive(coro: Any) -> asyncio.Future[Any]:
+    """Run the first step by hand, as the fast path does, then let _resume drive the rest."""
+    return asyncio.ensure_future(_resume(coro, coro.send(None)))
 
 
 async def _waits_for(event: asyncio.Event, log: list[str]) -> str:
@@ -31,7 +31,7 @@ def test_a_suspended_coroutine_finishes_with_its_value() -> None:
     async def main() -> None:
         event, log = asyncio.Event(), []
         coro = _waits_for(event, log)
-        task = asyncio.ensure_future(_resume(coro, _first_step(coro)))
+        task = _drive(coro)
         await asyncio.sleep(0.01)
         assert not task.done()
         event.set()
@@ -51,7 +51,7 @@ def test_the_awaited_futures_exception_reaches_the_coroutine() -> None:
     async def main() -> None:
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         coro = fails(fut)
-        task = asyncio.ensure_future(_resume(coro, _first_step(coro)))
+        task = _drive(coro)
         fut.set_exception(KeyError("x"))
         assert await task == -1
 
@@ -62,7 +62,7 @@ def test_cancelling_the_driver_cancels_the_coroutine() -> None:
     async def main() -> None:
         event, log = asyncio.Event(), []
         coro = _waits_for(event, log)
-        task = asyncio.ensure_future(_resume(coro, _first_step(coro)))
+        task = _drive(coro)
         await asyncio.sleep(0.01)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -84,7 +84,7 @@ def test_cancelling_during_a_bare_yield_is_thrown_into_the_coroutine() -> None:
     async def main() -> None:
         log: list[str] = []
         coro = spins(log)
-        task = asyncio.ensure_future(_resume(coro, _first_step(coro)))
+        task = _drive(coro)
         await asyncio.sleep(0.01)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
