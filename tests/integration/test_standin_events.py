@@ -221,6 +221,11 @@ def test_a_slow_webhook_does_not_slow_the_send_path(
         ]
         # Had the send path waited for even one POST, a call would take over a second.
         assert max(latencies) < 0.9, latencies
+        # The emitter reports its queue twice a second, so the backlog shows up within about a
+        # second; at one second per POST and 32 in flight it takes well over ten to drain.
+        deadline = time.monotonic() + 5.0
+        while events.subscriptions()["pending"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert events.subscriptions()["pending"] > 0
     finally:
         events.unsubscribe(sub["id"])
