@@ -57,6 +57,9 @@ MAX_ENTRIES = 50
 # costs boto3, the stand-in and the result statement nearly as much as a 50-entry one, and
 # partial calls kept a 2-worker pipeline at ~11 entries per call and ~1,200 recipients/s.
 LINGER_S = 0.25
+# Consumed-but-unclaimed records a partition may hold before the agent stops taking batches:
+# enough that a partition whose lane is full never starves the others of records.
+UNCLAIMED_PER_PARTITION = 200
 
 
 class Record(Protocol):
@@ -331,6 +334,15 @@ class CampaignSender:
             max_workers=config.max_inflight_calls, thread_name_prefix="ses"
         )
         self._calls = asyncio.Semaphore(config.max_inflight_calls)
+        # Consumed records not claimed yet, per partition, and the tasks claiming them.
+        self._unclaimed: dict[int, deque[Record]] = {}
+        self._last_queued: dict[int, int] = {}
+        self._feeders: dict[int, asyncio.Task[None]] = {}
+        self._taken = asyncio.Event()  # a feeder took records (or failed): the agent may go on
+        self._failed: BaseException | None = None
+        # Chunks whose lane has room, waiting for the next claim transaction (_claim_together).
+        self._ready: list[tuple[list[Record], asyncio.Future[None]]] = []
+        self._claimer: asyncio.Task[None] | None = None
         self.stats: dict[str, int] = {
             "claimed": 0,
             "skipped": 0,
@@ -345,28 +357,96 @@ class CampaignSender:
     # ---- the agent side -------------------------------------------------------------------
 
     async def handle(self, records: Sequence[Record]) -> None:
-        """Process one consumed batch. Never returns before its effects are committed; retries
-        database and DLQ outages itself (Faust acks the batch whatever happens).
+        """Take one consumed batch: queue its records per partition for that partition's
+        feeder, and return once no partition holds more than UNCLAIMED_PER_PARTITION unclaimed
+        records (back-pressure on the Faust stream). Retries database and DLQ outages itself.
 
-        The batch is claimed in rounds of at most `lane_capacity` records per partition, each
-        round waiting for room in the lanes first: a crash leaves at most one lane's worth of
-        claimed-but-unsent rows per partition (they become `unknown`, never resent)."""
-        if not records:
-            return
-        by_partition: dict[int, list[Record]] = {}
-        for rec in records:
-            by_partition.setdefault(rec.partition, []).append(rec)
-        # Half a lane per round: the lane still has half a lane of work queued while the next
-        # round is claimed, so it never runs dry waiting for the agent.
+        A feeder claims its partition's records in order, in chunks of half a lane, each chunk
+        only once its lane has room: a crash leaves at most one lane's worth of
+        claimed-but-unsent rows per partition (they become `unknown`, never resent), and
+        queued-but-unclaimed records are simply consumed again (the offset stored in Postgres
+        advances only with a claim). Partitions go independently, so a full lane (a slow rate
+        share) holds back only its own partition; chunks ready together share one claim
+        transaction."""
+        self._raise_if_failed()
+        for rec in sorted(records, key=lambda r: (r.partition, r.offset)):
+            p = rec.partition
+            if rec.offset <= self._last_queued.get(p, -1):
+                continue  # redelivered after a re-seek while still queued here
+            self._last_queued[p] = rec.offset
+            self._unclaimed.setdefault(p, deque()).append(rec)
+            feeder = self._feeders.get(p)
+            if feeder is None or feeder.done():
+                self._feeders[p] = asyncio.create_task(self._feed(p), name=f"feeder-{p}")
+        while any(len(q) > UNCLAIMED_PER_PARTITION for q in self._unclaimed.values()):
+            self._taken.clear()
+            await self._taken.wait()
+            self._raise_if_failed()
+
+    def _raise_if_failed(self) -> None:
+        if self._failed is not None:
+            raise RuntimeError("a claim feeder failed") from self._failed
+
+    async def _feed(self, partition: int) -> None:
+        # Half a lane per chunk: the lane still has half a lane of work queued while the next
+        # chunk is claimed, so it never runs dry waiting for the agent.
         size = max(1, self.config.lane_capacity // 2)
-        chunks = {
-            p: [sorted(rs, key=lambda r: r.offset)[i : i + size] for i in range(0, len(rs), size)]
-            for p, rs in by_partition.items()
-        }
-        for round_no in range(max(len(c) for c in chunks.values())):
-            await self._claim_round(
-                [rec for c in chunks.values() if round_no < len(c) for rec in c[round_no]]
-            )
+        queue = self._unclaimed[partition]
+        try:
+            while queue:
+                await self._lane(partition).wait_room(min(size, len(queue)))
+                chunk = [queue.popleft() for _ in range(min(size, len(queue)))]
+                self._taken.set()
+                if chunk:
+                    await self._claim_together(chunk)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # a bug, not an outage (_retry absorbs those)
+            log.exception("claim feeder of partition %s failed; stopping the worker", partition)
+            self._failed = exc
+            self._taken.set()
+
+    def _forget_unclaimed(self, partition: int) -> None:
+        """The partition moved away: its queued records are the new owner's to consume."""
+        queue = self._unclaimed.get(partition)
+        if queue:
+            queue.clear()
+        self._last_queued.pop(partition, None)
+        self._taken.set()
+
+    async def _claim_together(self, chunk: list[Record]) -> None:
+        """Claim `chunk` in the next claim transaction, with every other chunk ready by then
+        (one transaction per round of ready partitions, not one per partition)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ready.append((chunk, done))
+        if self._claimer is None or self._claimer.done():
+            self._claimer = asyncio.create_task(self._claim_ready(), name="claimer")
+        await done
+
+    async def _claim_ready(self) -> None:
+        """The claimer: runs while chunks are ready. An error fails every waiting chunk (the
+        agent then crashes the worker; the offsets in Postgres make the restart exact)."""
+        while self._ready:
+            await asyncio.sleep(0)  # partitions whose lane has room join this round
+            round_, self._ready = self._ready, []
+            try:
+                await self._claim_round([rec for c, _ in round_ for rec in c])
+            except BaseException as exc:
+                cancelled = isinstance(exc, asyncio.CancelledError)
+                for _, fut in round_ + self._ready:
+                    if fut.done():
+                        continue
+                    if cancelled:
+                        fut.cancel()
+                    else:
+                        fut.set_exception(exc)
+                self._ready = []
+                if cancelled:
+                    raise
+                return
+            for _, fut in round_:
+                if not fut.done():
+                    fut.set_result(None)
 
     async def _claim_round(self, records: Sequence[Record]) -> None:
         spans: dict[int, PartitionSpan] = {}
@@ -402,8 +482,6 @@ class CampaignSender:
             await self._retry(self.dlq.publish, dead)
             self.stats["dead"] += len(dead)
             metrics.count_dead_letters(self.dlq.topic, (d.reason for d in dead))
-        for partition, ks in keys.items():
-            await self._lane(partition).wait_room(len(ks))
         outcome = await self._retry(self.store.claim_batch, list(spans.values()), keys)
         self.stats["claimed"] += len(outcome.claimed)
         self.stats["skipped"] += outcome.skipped
@@ -427,6 +505,9 @@ class CampaignSender:
     async def reassign(self, owned: set[int]) -> None:
         """The partitions this worker owns after a rebalance: lanes of lost partitions stop
         (queued rows released), lanes of new ones start with fresh pacers."""
+        for partition in list(self._unclaimed):
+            if partition not in owned:
+                self._forget_unclaimed(partition)
         for partition, lane in self.lanes.items():
             if partition not in owned and not lane.revoked:
                 await lane.revoke()
@@ -593,6 +674,10 @@ class CampaignSender:
         return CallOutcome([RowResult(r.seq, status, reason, None) for r in rows], [])
 
     async def stop(self) -> None:
+        tasks = [*self._feeders.values(), *([self._claimer] if self._claimer else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         for lane in list(self.lanes.values()):
             await lane.stop()
         self._executor.shutdown(wait=False, cancel_futures=True)
