@@ -20,7 +20,7 @@ from flashsend.deliverability import check_separation
 from flashsend.errors import FlashsendError, NotFound, UsageError
 from flashsend.settings import Settings
 from producers.topics import ensure_topics
-from schemas.doorbell import DoorbellWriter
+from schemas.doorbell import DOORBELL_BATCH_RECORDS, DoorbellWriter
 from schemas.serde import AvroCodec, registry_client
 from sinks.queries import query
 from sinks.ses import SesCallFailed, SesSender, make_client
@@ -132,6 +132,7 @@ def produce_pending(
             "compression.type": "lz4",
             "linger.ms": 20,
             "batch.size": 1_000_000,
+            "batch.num.messages": DOORBELL_BATCH_RECORDS,
             "queue.buffering.max.messages": 1_000_000,
             "partitioner": "murmur2_random",
         }

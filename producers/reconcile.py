@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
-from schemas.doorbell import DoorbellWriter
+from schemas.doorbell import DOORBELL_BATCH_RECORDS, DoorbellWriter
 from schemas.serde import AvroCodec, registry_client
 from sinks.campaign_store import CampaignStore
 from sinks.queries import query
@@ -53,6 +53,7 @@ class Reconciler:
                 "enable.idempotence": True,
                 "linger.ms": 10,
                 "compression.type": "lz4",
+                "batch.num.messages": DOORBELL_BATCH_RECORDS,  # resume re-produces many at once
             }
         )
 

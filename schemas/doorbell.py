@@ -14,6 +14,13 @@ from typing import Any
 
 from schemas.serde import AvroCodec
 
+# Doorbells per producer batch (librdkafka `batch.num.messages`). The broker hands a consumer
+# whole batches, so this is also how many records of ONE partition a fetch can bring at once:
+# with librdkafka's default (10,000) a worker's stream buffer filled with one partition's
+# records while its other partitions' lanes sat idle (docs/design.md §11). Pairs with
+# streams.app.DOORBELL_FETCH_BYTES and streams.sender.UNCLAIMED_PER_PARTITION.
+DOORBELL_BATCH_RECORDS = 500
+
 EXPECTED_FIELDS = (
     ("campaign_id", "long"),
     ("seq", "int"),

@@ -27,6 +27,9 @@ log = logging.getLogger("flashsend.app")
 
 TAKE_MAX = 500  # records per claim transaction
 TAKE_WITHIN_S = 0.05  # small: buffered events are unacked and would stall rebalances
+# Bytes per partition per fetch (Faust's default 1 MB is ~30,000 doorbells): about one
+# producer batch of DOORBELL_BATCH_RECORDS, so every fetch brings every partition a little.
+DOORBELL_FETCH_BYTES = 16_384
 
 
 class Runtime:
@@ -98,6 +101,7 @@ def create_app(settings: Settings) -> FlashsendApp:
             broker_commit_every=1000,
             stream_buffer_maxsize=4096,
             producer_linger_ms=5,
+            consumer_max_fetch_size=DOORBELL_FETCH_BYTES,
         ),
     )
     runtime = Runtime(settings)

@@ -57,9 +57,11 @@ MAX_ENTRIES = 50
 # costs boto3, the stand-in and the result statement nearly as much as a 50-entry one, and
 # partial calls kept a 2-worker pipeline at ~11 entries per call and ~1,200 recipients/s.
 LINGER_S = 0.25
-# Consumed-but-unclaimed records a partition may hold before the agent stops taking batches:
-# enough that a partition whose lane is full never starves the others of records.
-UNCLAIMED_PER_PARTITION = 200
+# Consumed-but-unclaimed records a partition may hold before the agent stops taking batches.
+# Two producer batches (schemas.doorbell.DOORBELL_BATCH_RECORDS): a fetch can bring one
+# partition a whole batch at once, and with a bound below that the agent stopped for it while
+# the other partitions' lanes ran dry (at 600/s: 5 s idle at the start of every campaign).
+UNCLAIMED_PER_PARTITION = 1000
 
 
 class Record(Protocol):
