@@ -16,9 +16,10 @@ import psycopg
 from flashsend.settings import Settings
 from producers.campaign import snapshot
 from schemas.serde import AvroCodec, registry_client
+from sinks.campaign_store import CampaignStore
 from sinks.users import seed_users
 from streams.app import Runtime
-from streams.sender import UNCLAIMED_PER_PARTITION
+from streams.sender import MAX_CLAIM_RECORDS, UNCLAIMED_PER_PARTITION
 from tests.integration.campaign_helpers import new_campaign, put_template, statuses
 
 
@@ -44,6 +45,25 @@ def _rows(settings: Settings, campaign_id: int) -> list[tuple[int, int]]:
         ]
 
 
+def _consumed(
+    settings: Settings, campaign_id: int, partition: int, rows: list[tuple[int, int]]
+) -> list[Consumed]:
+    """What Faust would deliver for these (seq, user_id) rows, at offsets 0, 1, 2, …"""
+    codec = AvroCodec(registry_client(settings.schema_registry_url), "campaign_recipient")
+    return [
+        Consumed(
+            settings.topic_recipients,
+            partition,
+            offset,
+            str(user_id).encode(),
+            codec.encode(
+                {"campaign_id": campaign_id, "seq": seq, "user_id": user_id, "produced_at_ms": 0}
+            ),
+        )
+        for offset, (seq, user_id) in enumerate(rows)
+    ]
+
+
 def _sending_or_sent(settings: Settings, campaign_id: int, seqs: list[int]) -> int:
     with psycopg.connect(settings.pg_dsn) as conn:
         row = conn.execute(
@@ -61,21 +81,9 @@ def test_a_full_lane_does_not_hold_back_other_partitions(settings: Settings) -> 
     rows = _rows(settings, cid)
     slow, fast = rows[:150], rows[150:170]  # 150 > one lane (50), < the unclaimed bound
     assert len(fast) == 20 and len(slow) <= UNCLAIMED_PER_PARTITION
-    codec = AvroCodec(registry_client(settings.schema_registry_url), "campaign_recipient")
 
     def consumed(partition: int, batch: list[tuple[int, int]]) -> list[Consumed]:
-        return [
-            Consumed(
-                settings.topic_recipients,
-                partition,
-                offset,
-                str(user_id).encode(),
-                codec.encode(
-                    {"campaign_id": cid, "seq": seq, "user_id": user_id, "produced_at_ms": 0}
-                ),
-            )
-            for offset, (seq, user_id) in enumerate(batch)
-        ]
+        return _consumed(settings, cid, partition, batch)
 
     async def scenario() -> tuple[float, int, int]:
         runtime = Runtime(settings)
@@ -111,3 +119,43 @@ def test_a_full_lane_does_not_hold_back_other_partitions(settings: Settings) -> 
     # share, a few entries) stays 'sending' for reconcile to settle.
     left = statuses(settings, cid)
     assert left.get("sending", 0) <= 2 * 5, left
+
+
+def test_leftover_doorbells_of_a_cancelled_campaign_are_skipped_in_bulk(
+    settings: Settings,
+) -> None:
+    """After a cancel, the topic still holds the campaign's unconsumed doorbells; a new
+    campaign's records queue behind them. Their claims find nothing to send, so they need no
+    lane room and go MAX_CLAIM_RECORDS at a time, not half a lane (25) at a time."""
+    seed_users(settings.pg_dsn, 3_000)
+    put_template(settings)
+    cid = new_campaign(settings, rate=0)
+    rows = _rows(settings, cid)
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        CampaignStore(conn).transition(cid, "cancelled", "test")
+    records = _consumed(settings, cid, 0, rows)
+
+    async def scenario() -> tuple[int, dict[int, int]]:
+        runtime = Runtime(settings)
+        try:
+            offsets = await runtime.offsets(settings.topic_recipients, [0])
+            assert offsets == {0: 0}
+            sender = await runtime.ensure_started()
+            await sender.reassign({0})
+            for i in range(0, len(records), 500):  # Faust's batches (TAKE_MAX)
+                await sender.handle(records[i : i + 500])
+            deadline = time.monotonic() + 20
+            stored: dict[int, int] = {}
+            while time.monotonic() < deadline:
+                stored = dict(await runtime.offsets(settings.topic_recipients, [0]))
+                if stored.get(0) == len(records):
+                    break
+                await asyncio.sleep(0.1)
+            return sender.stats["claim_rounds"], stored
+        finally:
+            await runtime.stop()
+
+    rounds, stored = asyncio.run(scenario())
+    assert stored == {0: len(records)}, stored  # every doorbell consumed, offset advanced
+    assert rounds <= len(records) // MAX_CLAIM_RECORDS + 2, rounds  # not len(records) / 25
+    assert statuses(settings, cid).get("sending", 0) == 0
