@@ -135,12 +135,13 @@ class RecipientStore:
         except psycopg.Error as exc:
             raise StoreUnavailable(str(exc)) from exc
 
-    async def existing_campaigns(self, ids: Sequence[int]) -> set[int]:
+    async def campaign_statuses(self, ids: Sequence[int]) -> dict[int, str]:
+        """Status of each campaign that exists, by id (missing ids: no such campaign)."""
         try:
             async with self._pool.connection() as conn:
                 cur = await conn.execute(
-                    "SELECT id FROM campaigns WHERE id = ANY(%s)", (list(ids),)
+                    "SELECT id, status FROM campaigns WHERE id = ANY(%s)", (list(ids),)
                 )
-                return {int(r[0]) for r in await cur.fetchall()}
+                return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
         except psycopg.Error as exc:
             raise StoreUnavailable(str(exc)) from exc

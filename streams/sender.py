@@ -357,6 +357,7 @@ class CampaignSender:
         self._feeders: dict[int, asyncio.Task[None]] = {}
         self._taken = asyncio.Event()  # a feeder took records (or failed): the agent may go on
         self._failed: BaseException | None = None
+        self._settled: set[int] = set()  # campaigns finished long ago (statuses are final)
         # Chunks whose lane has room, waiting for the next claim transaction (_claim_together).
         self._ready: list[tuple[list[Queued], asyncio.Future[None]]] = []
         self._claimer: asyncio.Task[None] | None = None
@@ -412,7 +413,10 @@ class CampaignSender:
         doorbell of a campaign that is cancelled, done or failed."""
         if item.doorbell is None:
             return False
-        campaign = self.campaigns.get(item.doorbell["campaign_id"])
+        cid = item.doorbell["campaign_id"]
+        if cid in self._settled:
+            return False
+        campaign = self.campaigns.get(cid)
         return campaign is None or campaign.status not in SETTLED
 
     def _raise_if_failed(self) -> None:
@@ -566,8 +570,10 @@ class CampaignSender:
         missing = {cid for cid in ids if self.campaigns.get(cid) is None}
         if not missing:
             return set()
-        existing = await self.store.existing_campaigns(sorted(missing))
-        return missing - existing
+        existing = await self.store.campaign_statuses(sorted(missing))
+        # Finished over an hour ago (out of the cache's window): their doorbells need no lane.
+        self._settled.update(cid for cid, status in existing.items() if status in SETTLED)
+        return missing - existing.keys()
 
     def _dead_for_unknown(
         self,
