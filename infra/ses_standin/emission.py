@@ -54,6 +54,7 @@ log = logging.getLogger("infra.ses_standin.emission")
 
 FLUSH_EVERY_S = 0.02
 MAX_BUFFER = 200_000  # messages waiting for the emitter; beyond, dropped (and counted)
+STATS_LINE_LIMIT = 64 * 1024 * 1024  # bytes per emitter stats line (asyncio default: 64 KiB)
 MAX_LISTED = 200_000  # addresses remembered per campaign and outcome
 ALL = "*"
 
@@ -155,6 +156,10 @@ class EventEmission:
             self.region,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
+            # A stats line lists every subscription the emitter has served; past asyncio's
+            # default 64 KiB line limit the reader died, the pipe filled and the emitter
+            # blocked on its own stdout (no more deliveries, `pending` frozen).
+            limit=STATS_LINE_LIMIT,
         )
         self._tasks.append(asyncio.create_task(self._read_stats(self._proc), name="emission-stats"))
         await self._send_subs()
@@ -184,7 +189,14 @@ class EventEmission:
 
     async def _read_stats(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdout is not None
-        while line := await proc.stdout.readline():
+        while True:
+            try:
+                line = await proc.stdout.readline()
+            except ValueError:  # a line over the limit: skip it, keep draining the pipe
+                log.warning("emitter_stats_line_too_long")
+                continue
+            if not line:
+                break
             with contextlib.suppress(ValueError):
                 self.emitter_stats = json.loads(line)
         log.warning("emitter_exited code=%s", await proc.wait())
