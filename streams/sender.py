@@ -1,10 +1,12 @@
 """The campaign sender: Kafka doorbells → claim in PostgreSQL → paced SES SendBulkEmail calls.
 
-`handle(batch)` runs in the Faust agent, serially: decode, dead-letter poison, then ONE
-transaction that advances the fenced offsets and claims the rows. Claimed rows go to the lane
-of their partition. Each lane (one asyncio task per partition) paces its calls (R/P per
-campaign), re-checks the campaign right before each call, calls SES in a thread (bounded), and
-records the outcome in one statement. Offsets are advanced at claim time, so lanes may run
+`handle(batch)` runs in the Faust agent: it decodes each record once and queues it for its
+partition. A feeder per partition takes half a lane of records whenever its lane has room, and
+the chunks ready at the same moment go in ONE transaction that dead-letters poison, advances
+the fenced offsets and claims the rows. Claimed rows go to the lane of their partition.
+Each lane (one asyncio task per partition) paces its calls (R/P per campaign), re-checks the
+campaign right before each call, calls SES in a thread (bounded), and records the outcome in
+one statement. Offsets are advanced at claim time, so lanes may run
 concurrently without breaking offset order.
 
 Failure policy (marketing is at-most-once):
@@ -92,6 +94,10 @@ class Queued:
     rec: Record
     doorbell: dict[str, Any] | None
     error: SerdeError | None
+
+    def dead_letter(self, reason: str, detail: str) -> DeadLetter:
+        r = self.rec
+        return DeadLetter(r.topic, r.partition, r.offset, r.key, r.value, reason, detail)
 
 
 @dataclass(frozen=True)
@@ -502,19 +508,8 @@ class CampaignSender:
                 rec.offset if span is None else max(span.last_offset, rec.offset),
             )
             if doorbell is None:
-                exc = item.error
-                assert exc is not None
-                dead.append(
-                    DeadLetter(
-                        rec.topic,
-                        rec.partition,
-                        rec.offset,
-                        rec.key,
-                        rec.value,
-                        exc.reason,
-                        str(exc),
-                    )
-                )
+                assert item.error is not None
+                dead.append(item.dead_letter(item.error.reason, str(item.error)))
                 continue
             keys.setdefault(rec.partition, []).append((doorbell["campaign_id"], doorbell["seq"]))
         unknown = await self._retry(self._unknown_campaigns, keys)
@@ -584,18 +579,10 @@ class CampaignSender:
     ) -> tuple[dict[int, list[tuple[int, int]]], list[DeadLetter]]:
         kept = {p: [k for k in ks if k[0] not in unknown] for p, ks in keys.items()}
         for item in items:
-            rec, doorbell = item.rec, item.doorbell
+            doorbell = item.doorbell
             if doorbell is not None and doorbell["campaign_id"] in unknown:
                 dead.append(
-                    DeadLetter(
-                        rec.topic,
-                        rec.partition,
-                        rec.offset,
-                        rec.key,
-                        rec.value,
-                        "unknown_campaign",
-                        f"campaign {doorbell['campaign_id']}",
-                    )
+                    item.dead_letter("unknown_campaign", f"campaign {doorbell['campaign_id']}")
                 )
         return kept, dead
 
