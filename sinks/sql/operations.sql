@@ -33,6 +33,7 @@ VALUES (%(replay_id)s, %(requested_by)s, %(host)s, %(reason)s, %(group_id)s, %(b
 SELECT b.campaign_id, b.seq, r.status AS row_status, c.status AS campaign_status
   FROM unnest(%(campaign_ids)s::bigint[], %(seqs)s::int[]) AS b(campaign_id, seq)
   LEFT JOIN campaign_recipients r ON r.campaign_id = b.campaign_id AND r.seq = b.seq
+                                   AND r.campaign_id = ANY(%(campaign_ids)s::bigint[])
   LEFT JOIN campaigns c ON c.id = b.campaign_id;
 
 -- name: plan_mail_known

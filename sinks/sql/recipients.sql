@@ -6,7 +6,10 @@
 -- planner from inlining it into both CASEs) and has no bounded repetition ({{1,64}} made
 -- PostgreSQL's regex engine 8x slower): strpos bounds the local part instead. {audience} is
 -- the campaign's configured condition over users u (psycopg sql.format: braces doubled).
-INSERT INTO campaign_recipients (campaign_id, seq, user_id, email, status, reason)
+-- {partition} is the campaign's own table, not yet attached and without indexes
+-- (sinks/recipient_partitions.py): the parent's counter trigger does not see these rows, so
+-- count_snapshot records them.
+INSERT INTO {partition} (campaign_id, seq, user_id, email, status, reason)
 SELECT %(campaign_id)s, row_number() OVER (ORDER BY a.id), a.id, a.email,
        CASE WHEN a.valid THEN 'pending' ELSE 'skipped' END,
        CASE WHEN a.valid THEN NULL ELSE 'invalid_email' END
@@ -18,6 +21,14 @@ SELECT %(campaign_id)s, row_number() OVER (ORDER BY a.id), a.id, a.email,
            -- Suppressions are keyed by the normalised address (streams.addresses.normalise_email).
            AND NOT EXISTS (SELECT 1 FROM email_suppressions s WHERE s.email = lower(btrim(u.email)))
         OFFSET 0) a;
+
+-- name: count_snapshot
+-- The counters the insert trigger of migration 0010 would have written for the snapshot's
+-- rows (all pending or skipped, none flagged requeue, none sent). Any shard will do: readers
+-- sum them.
+INSERT INTO campaign_status_counts AS c (campaign_id, shard, status, n)
+SELECT %(campaign_id)s, 0, status, count(*) FROM {partition} GROUP BY status ORDER BY status
+ON CONFLICT (campaign_id, shard, status) DO UPDATE SET n = c.n + EXCLUDED.n;
 
 -- name: pending_for_produce
 -- Rows still waiting for a doorbell, in seq order (primary-key range scan).
@@ -44,6 +55,8 @@ WITH batch AS (
            END AS skip_reason
       FROM batch b
       JOIN campaign_recipients r ON r.campaign_id = b.campaign_id AND r.seq = b.seq
+                                -- = ANY: the planner drops other campaigns' partitions
+                                AND r.campaign_id = ANY(%(campaign_ids)s::bigint[])
       JOIN campaigns c ON c.id = r.campaign_id AND c.status IN ('sending', 'paused')
       LEFT JOIN users u ON u.id = r.user_id
       LEFT JOIN email_suppressions s ON s.email = lower(btrim(r.email))  -- normalised key
@@ -59,6 +72,7 @@ UPDATE campaign_recipients r
                   + CASE WHEN NOT cand.paused AND cand.skip_reason IS NULL THEN 1 ELSE 0 END
   FROM cand
  WHERE r.campaign_id = cand.campaign_id AND r.seq = cand.seq AND r.status = 'pending'
+   AND r.campaign_id = ANY(%(campaign_ids)s::bigint[])
 RETURNING r.campaign_id, r.seq, r.user_id, r.email, cand.first_name, r.status;
 
 -- name: advance_offsets

@@ -19,6 +19,7 @@ from producers.campaign import start_campaign
 from producers.dlq_replay import read_letters
 from producers.topics import ensure_topics
 from schemas.serde import AvroCodec, registry_client
+from sinks.recipient_partitions import create_partition
 from sinks.users import seed_users
 from tests.conftest import LocalStack
 from tests.integration.campaign_helpers import admin, new_campaign, wait_finished
@@ -177,6 +178,7 @@ def _create_campaign(s: Settings, campaign_id: int, email: str) -> None:
             "audience_condition, 'sending', 1 FROM campaigns LIMIT 1",
             (campaign_id,),
         )
+        create_partition(conn, campaign_id)
         conn.execute(
             "INSERT INTO campaign_recipients (campaign_id, seq, user_id, email) "
             "VALUES (%s, 1, 1, %s)",

@@ -1,0 +1,119 @@
+"""campaign_recipients partitioned by campaign (migration 0011, sinks/recipient_partitions)."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from flashsend.settings import Settings
+from infra.migrate import MIGRATIONS_DIR, apply_migrations
+from producers.campaign import snapshot
+from sinks.queries import query
+from sinks.users import seed_users
+from tests.conftest import LocalStack
+from tests.integration.campaign_helpers import new_campaign
+
+COUNTS = """SELECT status, sum(n)::int FROM campaign_status_counts WHERE campaign_id = %s
+             GROUP BY status HAVING sum(n) <> 0 ORDER BY status"""
+ROWS = """SELECT status, count(*)::int FROM campaign_recipients WHERE campaign_id = %s
+           GROUP BY status ORDER BY status"""
+
+
+def test_a_snapshot_gets_its_own_analysed_indexed_partition_and_its_counters(
+    settings: Settings,
+) -> None:
+    seed_users(settings.pg_dsn, 3_000)
+    cid = new_campaign(settings)
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        count = snapshot(conn, cid, settings.audience_condition)
+        part = conn.execute(
+            "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid), c.reltuples, c.reloptions "
+            "FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = 'campaign_recipients'::regclass"
+        ).fetchall()
+        assert part == [
+            (f"campaign_recipients_{cid}", f"FOR VALUES IN ('{cid}')", count, ["fillfactor=70"])
+        ]  # reltuples = rows: ANALYZE ran on it
+        rows = conn.execute(ROWS, (cid,)).fetchall()
+        assert conn.execute(COUNTS, (cid,)).fetchall() == rows
+        assert sum(n for _, n in rows) == count > 2_000
+        with pytest.raises(psycopg.errors.UniqueViolation):  # the primary key came with it
+            conn.execute(
+                "INSERT INTO campaign_recipients (campaign_id, seq, user_id, email) "
+                "VALUES (%s, 1, -1, 'x@y.test')",
+                (cid,),
+            )
+        with pytest.raises(psycopg.errors.CheckViolation):  # no partition, no rows
+            conn.execute(
+                "INSERT INTO campaign_recipients (campaign_id, seq, user_id, email) "
+                "VALUES (%s, 1, 1, 'x@y.test')",
+                (cid + 1,),
+            )
+
+
+def test_a_snapshot_in_progress_does_not_block_another_campaigns_claims(
+    settings: Settings,
+) -> None:
+    """The snapshot's DDL (create, attach) runs in its transaction beside a running
+    campaign's claims: the claim must not wait for it (lock_timeout 3 s)."""
+    seed_users(settings.pg_dsn, 2_000)
+    running, starting = new_campaign(settings), new_campaign(settings)
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        snapshot(conn, running, settings.audience_condition)
+    with (
+        psycopg.connect(settings.pg_dsn) as snapshotter,
+        psycopg.connect(settings.pg_dsn) as worker,
+    ):
+        snapshot(snapshotter, starting, settings.audience_condition)  # not committed yet
+        worker.execute("SET lock_timeout = '3s'")
+        claimed = worker.execute(
+            query("claim_batch"), {"campaign_ids": [running] * 3, "seqs": [1, 2, 3]}
+        ).fetchall()
+        worker.commit()
+        assert len(claimed) == 3
+        snapshotter.commit()
+    with psycopg.connect(settings.pg_dsn) as conn:
+        assert conn.execute(ROWS, (starting,)).fetchall()
+
+
+def test_rows_snapshotted_before_the_migration_stay_readable_and_counted(
+    stack: LocalStack, tmp_path: Path
+) -> None:
+    before = tmp_path / "before_0011"
+    before.mkdir()
+    for path in sorted(MIGRATIONS_DIR.glob("*.sql")):
+        if int(path.name[:4]) < 11:
+            shutil.copy(path, before / path.name)
+    database = f"m_{uuid.uuid4().hex[:8]}"
+    stack.postgres.create_database(database)
+    dsn = stack.settings.pg_dsn_for(database)
+    apply_migrations(dsn, before)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for cid in (7, 9):
+            conn.execute(
+                "INSERT INTO campaigns (id, name, template, from_address, rate_limit, "
+                "audience_condition, status) VALUES (%s, 'old', 't', 'a@b.test', 0, 'true', "
+                "'sending')",
+                (cid,),
+            )
+            conn.execute(
+                "INSERT INTO campaign_recipients (campaign_id, seq, user_id, email) "
+                "SELECT %s, g, g, 'u' || g || '@x.test' FROM generate_series(1, 50) g",
+                (cid,),
+            )
+    assert [m.version for m in apply_migrations(dsn)] == [11]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        bound = conn.execute(
+            "SELECT pg_get_expr(relpartbound, oid) FROM pg_class "
+            "WHERE relname = 'campaign_recipients_legacy'"
+        ).fetchone()
+        assert bound == ("FOR VALUES IN ('7', '9')",)
+        conn.execute(
+            "UPDATE campaign_recipients SET status = 'sent' WHERE campaign_id = 9 AND seq <= 10"
+        )
+        assert conn.execute(ROWS, (9,)).fetchall() == [("pending", 40), ("sent", 10)]
+        assert conn.execute(COUNTS, (9,)).fetchall() == [("pending", 40), ("sent", 10)]
