@@ -146,9 +146,10 @@ def run_campaign(
     end_to_end = time.monotonic() - began
     if p.finished and p["status"] == "sending":
         # What reconcile would do on its next tick; the next campaign's preflight counts the
-        # rate of every live campaign against the account's budget.
+        # rate of every live campaign against the account's budget. Reconcile may get there
+        # between the progress read and this (CI, 2026-12-02): then it is done already.
         with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
-            CampaignStore(conn).transition(cid, "done", None)
+            CampaignStore(conn).finish(cid)
     cpu1 = cpu_by_component(roots)
     cpu_parts = {k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}
     cpu = sum(cpu_parts.values())

@@ -138,7 +138,7 @@ def wait_until_finished(
                 )
             if progress.finished or progress["status"] in ("cancelled", "done", "failed"):
                 if progress.finished and progress["status"] == "sending":
-                    store.transition(campaign_id, "done", None)
+                    store.finish(campaign_id)
                     progress = store.progress(campaign_id)
                 break
             if not pool.alive():

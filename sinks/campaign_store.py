@@ -119,6 +119,15 @@ class CampaignStore:
         if status == "cancelled":
             self.cancel_pending(campaign_id)
 
+    def finish(self, campaign_id: int) -> None:
+        """Mark a campaign whose rows are all terminal done, as reconcile's next tick would;
+        reconcile may have done it meanwhile, which is fine."""
+        try:
+            self.transition(campaign_id, "done", None)
+        except UsageError:
+            if self.status(campaign_id) != "done":
+                raise
+
     def cancel_pending(self, campaign_id: int, attempts: int = 10) -> int:
         """Every still-pending row → cancelled, after the status change has committed (so no
         new claim touches the campaign). A claim or result transaction still in flight locks

@@ -85,6 +85,18 @@ class Runtime:
             await self.pool.close()
 
 
+class RawBytes(faust.Schema[bytes, bytes]):
+    """Keys and values handed to the agent as the bytes on the wire. The agent decodes the
+    Avro doorbell itself (once, when it queues the record); Faust's codec registry would only
+    pass the bytes through, at ~2.5 % of a worker's CPU (py-spy, docs/design.md §12)."""
+
+    def loads_key(self, app: Any, message: Any, **_: Any) -> Any:
+        return message.key
+
+    def loads_value(self, app: Any, message: Any, **_: Any) -> Any:
+        return message.value
+
+
 class FlashsendApp(faust.App):
     runtime: Runtime
     offset_source: Any
@@ -112,8 +124,7 @@ def create_app(settings: Settings) -> FlashsendApp:
     recipients = app.topic(
         settings.topic_recipients,
         partitions=settings.partitions,
-        value_serializer="raw",
-        key_serializer="raw",
+        schema=RawBytes(key_serializer="raw", value_serializer="raw"),
         internal=False,
     )
 

@@ -7,8 +7,10 @@ import threading
 import time
 
 import psycopg
+import pytest
 from confluent_kafka import Producer
 
+from flashsend.errors import UsageError
 from flashsend.settings import Settings
 from flashsend.workers import WorkerPool
 from producers.campaign import start_campaign
@@ -239,3 +241,19 @@ def test_ses_throttling_and_transient_failures_are_retried_hangs_become_unknown(
     assert st.get("unknown", 0) > 0, "hung calls must end unknown"
     # a hung call was accepted by SES: never retried, so accepted = sent + (unknown that went out)
     assert st["sent"] <= s["accepted"] <= st["sent"] + st.get("unknown", 0)
+
+
+def test_finishing_a_campaign_reconcile_already_finished_is_a_no_op(settings: Settings) -> None:
+    """bench and demo mark a campaign done when its rows are all terminal; reconcile may have
+    done it between their progress read and their update (a CI failure of the bench test)."""
+    cid = new_campaign(settings)
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        store = CampaignStore(conn)
+        conn.execute("UPDATE campaigns SET status = 'sending' WHERE id = %s", (cid,))
+        store.finish(cid)
+        store.finish(cid)  # the second one finds it done: no error
+        assert store.status(cid) == "done"
+        other = new_campaign(settings)
+        conn.execute("UPDATE campaigns SET status = 'cancelled' WHERE id = %s", (other,))
+        with pytest.raises(UsageError, match="is cancelled"):
+            store.finish(other)  # a cancelled campaign must not become done
