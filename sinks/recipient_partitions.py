@@ -11,6 +11,8 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
+from flashsend.errors import UsageError
+
 # Room on each page for the HOT copies of the two updates every row gets (pending -> sending
 # -> sent): an update that stays on its page touches no index (seed trap 5).
 FILLFACTOR = 70
@@ -48,3 +50,49 @@ def create_partition(conn: psycopg.Connection, campaign_id: int) -> None:
     """An empty partition for the campaign (rows then go in through the parent)."""
     create_detached(conn, campaign_id)
     attach(conn, campaign_id)
+
+
+SETTLED = ("done", "cancelled", "failed")
+
+
+def retire(conn: psycopg.Connection, campaign_id: int) -> str:
+    """Drop a settled campaign's recipient rows by detaching and dropping its partition (seed
+    trap 12: DELETE of 1M rows took 1.3 s and left as many dead tuples). The status counters
+    stay, so `campaign status` still shows the final counts; `campaign report` needs the rows.
+
+    DETACH … CONCURRENTLY takes only SHARE UPDATE EXCLUSIVE on the parent, so running
+    campaigns' claims go on; it runs outside a transaction (`conn` must be in autocommit).
+    Returns the dropped table's name. Raises UsageError when the campaign is not settled or
+    has no partition of its own. Safe to run again after a crash at any point: a detach left
+    pending is finalized, a detached table is dropped."""
+    row = conn.execute("SELECT status FROM campaigns WHERE id = %s", (campaign_id,)).fetchone()
+    if row is None:
+        raise UsageError(f"campaign {campaign_id} does not exist")
+    if row[0] not in SETTLED:
+        raise UsageError(
+            f"campaign {campaign_id} is {row[0]}: only a done, cancelled or failed campaign can "
+            "be retired (cancel it first)"
+        )
+    table = partition_of(campaign_id)
+    name = f"campaign_recipients_{int(campaign_id)}"
+    attached = conn.execute(
+        "SELECT i.inhdetachpending FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "WHERE i.inhparent = 'campaign_recipients'::regclass AND c.relname = %s",
+        (name,),
+    ).fetchone()
+    detached = conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()
+    if attached is None and (detached is None or detached[0] is None):
+        raise UsageError(
+            f"campaign {campaign_id} has no partition of its own: it was retired already, "
+            "never started, or snapshotted before migration 0011 (its rows are in "
+            "campaign_recipients_legacy)"
+        )
+    if attached is not None:
+        how = "FINALIZE" if attached[0] else "CONCURRENTLY"  # FINALIZE: a detach cut short
+        conn.execute(
+            sql.SQL("ALTER TABLE campaign_recipients DETACH PARTITION {table} {how}").format(
+                table=table, how=sql.SQL(how)
+            )
+        )
+    conn.execute(sql.SQL("DROP TABLE {table}").format(table=table))
+    return name

@@ -103,6 +103,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         )
         p.set_defaults(func=cmd_control, action=action)
 
+    p = csub.add_parser(
+        "retire",
+        help="drop a done/cancelled/failed campaign's recipient rows (its partition); "
+        "`status` keeps the final counts, `report` needs the rows: run it first",
+    )
+    p.add_argument("id", type=int, help="campaign id")
+    p.add_argument("--yes", action="store_true", help="really drop the rows (without it: say what)")
+    p.set_defaults(func=cmd_retire)
+
 
 def _connect(settings: Settings) -> psycopg.Connection[Any]:
     return psycopg.connect(settings.pg_dsn, autocommit=True)
@@ -240,4 +249,21 @@ def cmd_control(args: argparse.Namespace) -> int:
         print(f"campaign {args.id} resumed; {requeued:,} pending recipient(s) queued again")
     else:
         print(f"campaign {args.id} {target}")
+    return 0
+
+
+def cmd_retire(args: argparse.Namespace) -> int:
+    from sinks.recipient_partitions import retire
+
+    settings = load_settings()
+    with _connect(settings) as conn:
+        progress = CampaignStore(conn).progress(args.id)
+        if not args.yes:
+            print(
+                f"campaign {args.id} ({progress['status']}): would drop the partition holding its "
+                f"{progress.total:,} recipient row(s); add --yes to do it"
+            )
+            return 0
+        table = retire(conn, args.id)
+    print(f"campaign {args.id} retired: dropped {table} ({progress.total:,} row(s))")
     return 0

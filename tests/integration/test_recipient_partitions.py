@@ -9,13 +9,17 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from flashsend.errors import UsageError
 from flashsend.settings import Settings
 from infra.migrate import MIGRATIONS_DIR, apply_migrations
 from producers.campaign import snapshot
+from sinks.campaign_store import CampaignStore
 from sinks.queries import query
+from sinks.recipient_partitions import retire
 from sinks.users import seed_users
 from tests.conftest import LocalStack
 from tests.integration.campaign_helpers import new_campaign
+from tests.integration.ops_helpers import cli
 
 COUNTS = """SELECT status, sum(n)::int FROM campaign_status_counts WHERE campaign_id = %s
              GROUP BY status HAVING sum(n) <> 0 ORDER BY status"""
@@ -117,3 +121,61 @@ def test_rows_snapshotted_before_the_migration_stay_readable_and_counted(
         )
         assert conn.execute(ROWS, (9,)).fetchall() == [("pending", 40), ("sent", 10)]
         assert conn.execute(COUNTS, (9,)).fetchall() == [("pending", 40), ("sent", 10)]
+
+
+def test_retiring_a_settled_campaign_drops_its_partition_and_keeps_its_counts(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seed_users(settings.pg_dsn, 2_000)
+    cid = new_campaign(settings)
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        count = snapshot(conn, cid, settings.audience_condition)
+        with pytest.raises(UsageError, match="is sending"):
+            retire(conn, cid)
+        CampaignStore(conn).transition(cid, "cancelled", "test")
+    code, out = cli(settings, monkeypatch, capsys, "campaign", "retire", str(cid))
+    assert code == 0 and "add --yes" in out and f"{count:,} recipient row(s)" in out
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        assert conn.execute(ROWS, (cid,)).fetchall()  # nothing dropped without --yes
+    code, out = cli(settings, monkeypatch, capsys, "campaign", "retire", str(cid), "--yes")
+    assert code == 0 and f"campaign_recipients_{cid}" in out
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        assert conn.execute(
+            "SELECT to_regclass(%s)", (f"campaign_recipients_{cid}",)
+        ).fetchone() == (None,)
+        assert conn.execute(ROWS, (cid,)).fetchall() == []
+        assert CampaignStore(conn).progress(cid).total == count  # the counters stay
+        with pytest.raises(UsageError, match="retired already"):
+            retire(conn, cid)
+
+
+def test_a_retire_cut_short_finishes_when_run_again(settings: Settings) -> None:
+    """Killed in the middle of DETACH … CONCURRENTLY (detach left pending) or between detach
+    and drop: running retire again completes it."""
+    seed_users(settings.pg_dsn, 500)
+    pending, detached = new_campaign(settings), new_campaign(settings)
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        for cid in (pending, detached):
+            snapshot(conn, cid, settings.audience_condition)
+            CampaignStore(conn).transition(cid, "cancelled", "test")
+        with psycopg.connect(settings.pg_dsn) as reader:
+            reader.execute("SELECT count(*) FROM campaign_recipients").fetchone()  # holds on
+            conn.execute("SET statement_timeout = '1s'")
+            with pytest.raises(psycopg.errors.QueryCanceled):  # waits for the reader, cut short
+                conn.execute(
+                    f"ALTER TABLE campaign_recipients DETACH PARTITION "
+                    f"campaign_recipients_{pending} CONCURRENTLY"
+                )
+            conn.execute("RESET statement_timeout")
+        left = conn.execute(
+            "SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = %s::regclass",
+            (f"campaign_recipients_{pending}",),
+        ).fetchone()
+        assert left == (True,)
+        conn.execute(
+            f"ALTER TABLE campaign_recipients DETACH PARTITION campaign_recipients_{detached}"
+        )
+        for cid in (pending, detached):
+            assert retire(conn, cid) == f"campaign_recipients_{cid}"
+            gone = conn.execute("SELECT to_regclass(%s)", (f"campaign_recipients_{cid}",))
+            assert gone.fetchone() == (None,)
