@@ -65,6 +65,22 @@ def retire(conn: psycopg.Connection, campaign_id: int) -> str:
     Returns the dropped table's name. Raises UsageError when the campaign is not settled or
     has no partition of its own. Safe to run again after a crash at any point: a detach left
     pending is finalized, a detached table is dropped."""
+    name, pending = retirable(conn, campaign_id)
+    table = partition_of(campaign_id)
+    if pending is not None:
+        how = "FINALIZE" if pending else "CONCURRENTLY"  # FINALIZE: a detach cut short
+        conn.execute(
+            sql.SQL("ALTER TABLE campaign_recipients DETACH PARTITION {table} {how}").format(
+                table=table, how=sql.SQL(how)
+            )
+        )
+    conn.execute(sql.SQL("DROP TABLE {table}").format(table=table))
+    return name
+
+
+def retirable(conn: psycopg.Connection, campaign_id: int) -> tuple[str, bool | None]:
+    """The campaign's table name and whether its detach is pending (None: already detached);
+    UsageError when retire would refuse."""
     row = conn.execute("SELECT status FROM campaigns WHERE id = %s", (campaign_id,)).fetchone()
     if row is None:
         raise UsageError(f"campaign {campaign_id} does not exist")
@@ -73,7 +89,6 @@ def retire(conn: psycopg.Connection, campaign_id: int) -> str:
             f"campaign {campaign_id} is {row[0]}: only a done, cancelled or failed campaign can "
             "be retired (cancel it first)"
         )
-    table = partition_of(campaign_id)
     name = f"campaign_recipients_{int(campaign_id)}"
     attached = conn.execute(
         "SELECT i.inhdetachpending FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
@@ -87,12 +102,4 @@ def retire(conn: psycopg.Connection, campaign_id: int) -> str:
             "never started, or snapshotted before migration 0011 (its rows are in "
             "campaign_recipients_legacy)"
         )
-    if attached is not None:
-        how = "FINALIZE" if attached[0] else "CONCURRENTLY"  # FINALIZE: a detach cut short
-        conn.execute(
-            sql.SQL("ALTER TABLE campaign_recipients DETACH PARTITION {table} {how}").format(
-                table=table, how=sql.SQL(how)
-            )
-        )
-    conn.execute(sql.SQL("DROP TABLE {table}").format(table=table))
-    return name
+    return name, None if attached is None else bool(attached[0])

@@ -107,6 +107,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "retire",
         help="drop a done/cancelled/failed campaign's recipient rows (its partition); "
         "`status` keeps the final counts, `report` needs the rows: run it first",
+        description="Each campaign's recipients live in a partition of their own "
+        "(campaign_recipients_ID). Retiring detaches it concurrently (running campaigns keep "
+        "sending) and drops it. Only done, cancelled or failed campaigns; without --yes it "
+        "only says what it would drop. Example: flashsend campaign report 42 --json > "
+        "42.json && flashsend campaign retire 42 --yes",
     )
     p.add_argument("id", type=int, help="campaign id")
     p.add_argument("--yes", action="store_true", help="really drop the rows (without it: say what)")
@@ -253,14 +258,15 @@ def cmd_control(args: argparse.Namespace) -> int:
 
 
 def cmd_retire(args: argparse.Namespace) -> int:
-    from sinks.recipient_partitions import retire
+    from sinks.recipient_partitions import retirable, retire
 
     settings = load_settings()
     with _connect(settings) as conn:
         progress = CampaignStore(conn).progress(args.id)
         if not args.yes:
+            table, _ = retirable(conn, args.id)
             print(
-                f"campaign {args.id} ({progress['status']}): would drop the partition holding its "
+                f"campaign {args.id} ({progress['status']}): would drop {table}, holding its "
                 f"{progress.total:,} recipient row(s); add --yes to do it"
             )
             return 0
