@@ -22,7 +22,7 @@ from flashsend.progress import ProgressLine
 from flashsend.settings import Settings
 from flashsend.workers import WorkerPool
 from producers.campaign import start_campaign
-from sinks.campaign_store import CampaignStore
+from sinks.campaign_store import SETTLED, CampaignStore
 from sinks.ses import SesSender, make_client
 from sinks.users import seed_users
 
@@ -136,7 +136,7 @@ def wait_until_finished(
                     progress.total,
                     f"{progress.send_rate:,.0f}/s sent={progress['sent']:,}",
                 )
-            if progress.finished or progress["status"] in ("cancelled", "done", "failed"):
+            if progress.finished or progress["status"] in SETTLED:
                 if progress.finished and progress["status"] == "sending":
                     store.finish(campaign_id)
                     progress = store.progress(campaign_id)

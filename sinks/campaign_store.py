@@ -12,6 +12,9 @@ from psycopg.rows import dict_row
 from flashsend.errors import NotFound, UsageError
 from sinks.queries import query
 
+# A campaign in one of these states sends nothing more; its rows' statuses are final.
+SETTLED = frozenset({"cancelled", "done", "failed"})
+
 # Which states each control command may move a campaign from.
 TRANSITIONS: dict[str, list[str]] = {
     "paused": ["sending"],

@@ -12,14 +12,19 @@ import psycopg
 from psycopg import sql
 
 from flashsend.errors import UsageError
+from sinks.campaign_store import SETTLED, CampaignStore
 
 # Room on each page for the HOT copies of the two updates every row gets (pending -> sending
 # -> sent): an update that stays on its page touches no index (seed trap 5).
 FILLFACTOR = 70
 
 
+def partition_name(campaign_id: int) -> str:
+    return f"campaign_recipients_{int(campaign_id)}"
+
+
 def partition_of(campaign_id: int) -> sql.Identifier:
-    return sql.Identifier(f"campaign_recipients_{int(campaign_id)}")
+    return sql.Identifier(partition_name(campaign_id))
 
 
 def create_detached(conn: psycopg.Connection, campaign_id: int) -> sql.Identifier:
@@ -52,9 +57,6 @@ def create_partition(conn: psycopg.Connection, campaign_id: int) -> None:
     attach(conn, campaign_id)
 
 
-SETTLED = ("done", "cancelled", "failed")
-
-
 def retire(conn: psycopg.Connection, campaign_id: int) -> str:
     """Drop a settled campaign's recipient rows by detaching and dropping its partition (seed
     trap 12: DELETE of 1M rows took 1.3 s and left as many dead tuples). The status counters
@@ -81,25 +83,22 @@ def retire(conn: psycopg.Connection, campaign_id: int) -> str:
 def retirable(conn: psycopg.Connection, campaign_id: int) -> tuple[str, bool | None]:
     """The campaign's table name and whether its detach is pending (None: already detached);
     UsageError when retire would refuse."""
-    row = conn.execute("SELECT status FROM campaigns WHERE id = %s", (campaign_id,)).fetchone()
-    if row is None:
-        raise UsageError(f"campaign {campaign_id} does not exist")
-    if row[0] not in SETTLED:
+    status = CampaignStore(conn).status(campaign_id)  # NotFound for an unknown id
+    if status not in SETTLED:
         raise UsageError(
-            f"campaign {campaign_id} is {row[0]}: only a done, cancelled or failed campaign can "
+            f"campaign {campaign_id} is {status}: only a done, cancelled or failed campaign can "
             "be retired (cancel it first)"
         )
-    name = f"campaign_recipients_{int(campaign_id)}"
-    attached = conn.execute(
-        "SELECT i.inhdetachpending FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-        "WHERE i.inhparent = 'campaign_recipients'::regclass AND c.relname = %s",
+    name = partition_name(campaign_id)
+    row = conn.execute(
+        "SELECT t.oid IS NOT NULL, i.inhdetachpending"
+        "  FROM (SELECT to_regclass(%s) AS oid) t LEFT JOIN pg_inherits i ON i.inhrelid = t.oid",
         (name,),
     ).fetchone()
-    detached = conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()
-    if attached is None and (detached is None or detached[0] is None):
+    if row is None or not row[0]:
         raise UsageError(
             f"campaign {campaign_id} has no partition of its own: it was retired already, "
             "never started, or snapshotted before migration 0011 (its rows are in "
             "campaign_recipients_legacy)"
         )
-    return name, None if attached is None else bool(attached[0])
+    return name, row[1]

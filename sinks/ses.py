@@ -96,10 +96,10 @@ def make_client(
 # 50-entry SendBulkEmail that walk was 12 % of a worker's CPU (py-spy, docs/design.md §12).
 # For this operation the walk is an identity copy (only strings, lists and structures, no
 # renamed or header-bound members, attachments aside: tests/unit/test_ses_body.py checks the
-# model and compares the bytes with botocore's), and the body
-# is `json.dumps` of the parameters, exactly as botocore writes it. So the body is written
-# here, the entries are taken out of the walk, and the body is put back before the request is
-# signed. Both events are botocore's public extension points.
+# model and compares the bytes with botocore's), and the body is `json.dumps` of the
+# parameters, exactly as botocore writes it. So the body is written here, the entries are
+# taken out of the walk, and the body is put back before the request is signed. Both events
+# are botocore's public extension points.
 _PREBUILT_BODY = "flashsend_prebuilt_body"
 
 

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from flashsend import metrics
 from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
 from schemas.serde import AvroCodec, SerdeError
+from sinks.campaign_store import SETTLED
 from sinks.recipient_store import (
     ClaimedRecipient,
     PartitionSpan,
@@ -69,7 +70,6 @@ UNCLAIMED_PER_PARTITION = 1000
 # 1M campaign, workers skipped its ~770k leftover doorbells 25 at a time for a minute before a
 # new campaign's first send.
 MAX_CLAIM_RECORDS = 2000
-SETTLED = frozenset({"cancelled", "done", "failed"})
 
 
 class Record(Protocol):
