@@ -1,5 +1,6 @@
 """Campaign start: preflight, snapshot (one INSERT…SELECT), then produce every pending
-recipient as an Avro doorbell keyed by user_id.
+recipient in Avro doorbells keyed by user_id (blocks of recipients sharing a partition:
+producers.doorbells).
 
 Starting twice produces nothing new: the snapshot only runs from `draft` (a conditional
 UPDATE), and producing again is only done while `produced_at` is still NULL (a crash between
@@ -19,6 +20,7 @@ from psycopg import sql
 from flashsend.deliverability import check_separation
 from flashsend.errors import FlashsendError, NotFound, UsageError
 from flashsend.settings import Settings
+from producers.doorbells import DoorbellProducer
 from producers.topics import ensure_topics
 from schemas.doorbell import DOORBELL_BATCH_RECORDS, DoorbellWriter
 from schemas.serde import AvroCodec, registry_client
@@ -142,8 +144,7 @@ def produce_pending(
             "linger.ms": 20,
             "batch.size": 1_000_000,
             "batch.num.messages": DOORBELL_BATCH_RECORDS,
-            "queue.buffering.max.messages": 1_000_000,
-            "partitioner": "murmur2_random",
+            "queue.buffering.max.messages": 100_000,
         }
     )
     total_row = conn.execute(query("pending_count"), {"campaign_id": campaign_id}).fetchone()
@@ -159,9 +160,12 @@ def produce_pending(
             delivered += 1
 
     produced = 0
-    encode = DoorbellWriter(codec, campaign_id, int(time.time() * 1000)).encode
-    produce = producer.produce
-    topic = settings.topic_recipients
+    doorbells = DoorbellProducer(
+        producer,
+        settings.topic_recipients,
+        DoorbellWriter(codec, campaign_id, int(time.time() * 1000)),
+        on_delivery,
+    )
     after_seq = 0
     while True:
         # Keyset pages over the primary key: no long-running transaction, no server cursor.
@@ -172,18 +176,11 @@ def produce_pending(
         if not rows:
             break
         after_seq = rows[-1][0]
-        for seq, user_id in rows:
-            value = encode(seq, user_id)
-            while True:
-                try:
-                    produce(topic, value, str(user_id).encode(), on_delivery=on_delivery)
-                    break
-                except BufferError:
-                    producer.poll(0.1)
+        doorbells.add(rows)
         produced += len(rows)
-        producer.poll(0)
         if progress:
             progress(produced, total)
+    doorbells.flush()
     remaining = producer.flush(120)
     if progress:
         progress(produced, total)

@@ -23,6 +23,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
+from producers.doorbells import DoorbellProducer
 from schemas.doorbell import DOORBELL_BATCH_RECORDS, DoorbellWriter
 from schemas.serde import AvroCodec, registry_client
 from sinks.campaign_store import CampaignStore
@@ -98,16 +99,14 @@ class Reconciler:
 
     def produce(self, campaign_id: int, rows: Sequence[tuple[int, int]]) -> None:
         errors: list[str] = []
-        encode = DoorbellWriter(self._codec, campaign_id, int(time.time() * 1000)).encode
-        for seq, user_id in rows:
-            value = encode(seq, user_id)
-            self._producer.produce(
-                self.settings.topic_recipients,
-                value=value,
-                key=str(user_id).encode(),
-                on_delivery=lambda err, _m: errors.append(str(err)) if err else None,
-            )
-            self._producer.poll(0)
+        doorbells = DoorbellProducer(
+            self._producer,
+            self.settings.topic_recipients,
+            DoorbellWriter(self._codec, campaign_id, int(time.time() * 1000)),
+            lambda err, _m: errors.append(str(err)) if err else None,
+        )
+        doorbells.add(rows)
+        doorbells.flush()
         if self._producer.flush(60) or errors:
             raise FlashsendError(f"re-produce failed: {errors[:3]}")
 

@@ -39,6 +39,7 @@ from psycopg.types.json import Jsonb
 
 from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
+from schemas.doorbell import doorbell_seqs
 from schemas.serde import AvroCodec, SerdeError, registry_client
 from sinks.queries import query
 from streams.mail_logic import CancelMail, CreateMail, Ignore, parse_order_event
@@ -238,7 +239,8 @@ def _campaign_counts(
         except SerdeError:
             dead += 1
             continue
-        keys.append((int(doorbell["campaign_id"]), int(doorbell["seq"])))
+        cid = int(doorbell["campaign_id"])
+        keys.extend((cid, int(seq)) for seq in doorbell_seqs(doorbell))
     rows: dict[tuple[int, int], tuple[str | None, str | None]] = {}
     for i in range(0, len(keys), 10_000):
         chunk = keys[i : i + 10_000]

@@ -25,11 +25,11 @@ from streams.sender import CampaignSender, SenderConfig
 
 log = logging.getLogger("flashsend.app")
 
-TAKE_MAX = 500  # records per Faust batch handed to the sender (it claims them per partition)
+TAKE_MAX = 100  # doorbells (of up to DOORBELL_BLOCK recipients) per batch handed to the sender
 TAKE_WITHIN_S = 0.05  # small: buffered events are unacked and would stall rebalances
-# Bytes per partition per fetch (Faust's default 1 MB is ~30,000 doorbells): about one
+# Bytes per partition per fetch (Faust's default 1 MB is ~150,000 recipients): about one
 # producer batch of DOORBELL_BATCH_RECORDS, so every fetch brings every partition a little.
-DOORBELL_FETCH_BYTES = 16_384
+DOORBELL_FETCH_BYTES = 4_096
 
 
 class Runtime:

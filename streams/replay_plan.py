@@ -4,8 +4,9 @@ A replay moves a consumer's stored offsets. Rewinding re-delivers the records in
 our consumers deduplicate (campaign: the claim needs `status = 'pending'`; transactional: the
 UNIQUE event_id / dedupe_key), so the plan classifies every record in the range:
 
-- campaign doorbell (campaign_id, seq): `send` when its row is still pending in a campaign
-  that can send; `dedup` when the row is already done (sent, failed, skipped, …);
+- campaign doorbell: each recipient (campaign_id, seq) it rings for is `send` when its row is
+  still pending in a campaign that can send, `dedup` when the row is already done (sent,
+  failed, skipped, …);
 - order event: `send` when it would create a mail row (neither its event_id nor its
   dedupe_key is known), `dedup` when the UNIQUE keys swallow it, `ignored` when it is older
   than the mail service's maximum event age, `cancel` (idempotent), `dead` (poison).

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from flashsend import metrics
 from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
+from schemas.doorbell import DOORBELL_BATCH_RECORDS, DOORBELL_BLOCK, doorbell_seqs
 from schemas.serde import AvroCodec, SerdeError
 from sinks.campaign_store import SETTLED
 from sinks.recipient_store import (
@@ -60,16 +61,17 @@ MAX_ENTRIES = 50
 # costs boto3, the stand-in and the result statement nearly as much as a 50-entry one, and
 # partial calls kept a 2-worker pipeline at ~11 entries per call and ~1,200 recipients/s.
 LINGER_S = 0.25
-# Consumed-but-unclaimed records a partition may hold before the agent stops taking batches.
-# Two producer batches (schemas.doorbell.DOORBELL_BATCH_RECORDS): a fetch can bring one
-# partition a whole batch at once, and with a bound below that the agent stopped for it while
-# the other partitions' lanes ran dry (at 600/s: 5 s idle at the start of every campaign).
-UNCLAIMED_PER_PARTITION = 1000
-# Records per claim transaction when most belong to finished campaigns. Their claim finds
+# Consumed-but-unclaimed recipients a partition may hold before the agent stops taking
+# batches. Two producer batches (schemas.doorbell.DOORBELL_BATCH_RECORDS doorbells of
+# DOORBELL_BLOCK): a fetch can bring one partition a whole batch at once, and with a bound
+# below that the agent stopped for it while the other partitions' lanes ran dry (at 600/s: 5 s
+# idle at the start of every campaign).
+UNCLAIMED_PER_PARTITION = 2 * DOORBELL_BATCH_RECORDS * DOORBELL_BLOCK
+# Recipients per claim transaction when most belong to finished campaigns. Their claim finds
 # nothing to send (only the offset advances), so they need no lane room: after a cancelled
 # 1M campaign, workers skipped its ~770k leftover doorbells 25 at a time for a minute before a
 # new campaign's first send.
-MAX_CLAIM_RECORDS = 2000
+MAX_CLAIM_RECIPIENTS = 2000
 
 
 class Record(Protocol):
@@ -89,11 +91,18 @@ class Record(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Queued:
-    """A consumed record, decoded once: `doorbell` or the reason it is poison."""
+    """A consumed record, decoded once: `doorbell` and the seqs it rings for, or the reason
+    it is poison."""
 
     rec: Record
     doorbell: dict[str, Any] | None
     error: SerdeError | None
+    seqs: list[int]
+
+    @property
+    def weight(self) -> int:
+        """Recipients it stands for in the unclaimed bound (poison: one)."""
+        return len(self.seqs) or 1
 
     def dead_letter(self, reason: str, detail: str) -> DeadLetter:
         r = self.rec
@@ -359,6 +368,7 @@ class CampaignSender:
         self._calls = asyncio.Semaphore(config.max_inflight_calls)
         # Consumed records not claimed yet, per partition, and the tasks claiming them.
         self._unclaimed: dict[int, deque[Queued]] = {}
+        self._unclaimed_weight: dict[int, int] = {}  # recipients in each _unclaimed queue
         self._last_queued: dict[int, int] = {}
         self._feeders: dict[int, asyncio.Task[None]] = {}
         self._taken = asyncio.Event()  # a feeder took records (or failed): the agent may go on
@@ -399,20 +409,23 @@ class CampaignSender:
             if rec.offset <= self._last_queued.get(p, -1):
                 continue  # redelivered after a re-seek while still queued here
             self._last_queued[p] = rec.offset
-            self._unclaimed.setdefault(p, deque()).append(self._decode(rec))
+            item = self._decode(rec)
+            self._unclaimed.setdefault(p, deque()).append(item)
+            self._unclaimed_weight[p] = self._unclaimed_weight.get(p, 0) + item.weight
             feeder = self._feeders.get(p)
             if feeder is None or feeder.done():
                 self._feeders[p] = asyncio.create_task(self._feed(p), name=f"feeder-{p}")
-        while any(len(q) > UNCLAIMED_PER_PARTITION for q in self._unclaimed.values()):
+        while any(w > UNCLAIMED_PER_PARTITION for w in self._unclaimed_weight.values()):
             self._taken.clear()
             await self._taken.wait()
             self._raise_if_failed()
 
     def _decode(self, rec: Record) -> Queued:
         try:
-            return Queued(rec, self.codec.decode(rec.value), None)
+            doorbell = self.codec.decode(rec.value)
         except SerdeError as exc:
-            return Queued(rec, None, exc)
+            return Queued(rec, None, exc, [])
+        return Queued(rec, doorbell, None, doorbell_seqs(doorbell))
 
     def _needs_lane(self, item: Queued) -> bool:
         """False when the claim cannot hand the row to a lane: poison (dead-lettered), or a
@@ -436,12 +449,11 @@ class CampaignSender:
         queue = self._unclaimed[partition]
         try:
             while queue:
-                await self._lane(partition).wait_room(min(size, len(queue)))
-                chunk: list[Queued] = []
-                for_lane = 0
-                while queue and for_lane < size and len(chunk) < MAX_CLAIM_RECORDS:
-                    chunk.append(queue.popleft())
-                    for_lane += self._needs_lane(chunk[-1])
+                await self._lane(partition).wait_room(self._next_chunk(queue, size)[1])
+                # Again: the queue may have been forgotten (the partition moved) meanwhile.
+                count, _, taken = self._next_chunk(queue, size)
+                chunk = [queue.popleft() for _ in range(count)]
+                self._unclaimed_weight[partition] -= taken
                 self._taken.set()
                 if chunk:
                     await self._claim_together(chunk)
@@ -452,11 +464,25 @@ class CampaignSender:
             self._failed = exc
             self._taken.set()
 
+    def _next_chunk(self, queue: deque[Queued], size: int) -> tuple[int, int, int]:
+        """The records the next claim takes from the head of `queue`: until `size` recipients
+        need a lane (or MAX_CLAIM_RECIPIENTS were taken). Returns (records, recipients for the
+        lane, recipients)."""
+        count = for_lane = taken = 0
+        for item in queue:
+            if for_lane >= size or taken >= MAX_CLAIM_RECIPIENTS:
+                break
+            count += 1
+            taken += item.weight
+            for_lane += len(item.seqs) if self._needs_lane(item) else 0
+        return count, for_lane, taken
+
     def _forget_unclaimed(self, partition: int) -> None:
         """The partition moved away: its queued records are the new owner's to consume."""
         queue = self._unclaimed.get(partition)
         if queue:
             queue.clear()
+        self._unclaimed_weight.pop(partition, None)
         self._last_queued.pop(partition, None)
         self._taken.set()
 
@@ -511,7 +537,8 @@ class CampaignSender:
                 assert item.error is not None
                 dead.append(item.dead_letter(item.error.reason, str(item.error)))
                 continue
-            keys.setdefault(rec.partition, []).append((doorbell["campaign_id"], doorbell["seq"]))
+            cid = doorbell["campaign_id"]
+            keys.setdefault(rec.partition, []).extend((cid, seq) for seq in item.seqs)
         unknown = await self._retry(self._unknown_campaigns, keys)
         if unknown:
             keys, dead = self._dead_for_unknown(items, keys, unknown, dead)

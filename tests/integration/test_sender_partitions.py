@@ -15,11 +15,12 @@ import psycopg
 
 from flashsend.settings import Settings
 from producers.campaign import snapshot
+from schemas.doorbell import DOORBELL_BLOCK, DoorbellWriter
 from schemas.serde import AvroCodec, registry_client
 from sinks.campaign_store import CampaignStore
 from sinks.users import seed_users
 from streams.app import Runtime
-from streams.sender import MAX_CLAIM_RECORDS, UNCLAIMED_PER_PARTITION
+from streams.sender import MAX_CLAIM_RECIPIENTS, UNCLAIMED_PER_PARTITION
 from tests.integration.campaign_helpers import new_campaign, put_template, statuses
 
 
@@ -46,21 +47,22 @@ def _rows(settings: Settings, campaign_id: int) -> list[tuple[int, int]]:
 
 
 def _consumed(
-    settings: Settings, campaign_id: int, partition: int, rows: list[tuple[int, int]]
+    settings: Settings,
+    campaign_id: int,
+    partition: int,
+    rows: list[tuple[int, int]],
+    block: int = DOORBELL_BLOCK,
 ) -> list[Consumed]:
-    """What Faust would deliver for these (seq, user_id) rows, at offsets 0, 1, 2, …"""
+    """What Faust would deliver for these (seq, user_id) rows, `block` to a doorbell, at
+    offsets 0, 1, 2, …"""
     codec = AvroCodec(registry_client(settings.schema_registry_url), "campaign_recipient")
+    writer = DoorbellWriter(codec, campaign_id, 0)
+    blocks = [rows[i : i + block] for i in range(0, len(rows), block)]
     return [
         Consumed(
-            settings.topic_recipients,
-            partition,
-            offset,
-            str(user_id).encode(),
-            codec.encode(
-                {"campaign_id": campaign_id, "seq": seq, "user_id": user_id, "produced_at_ms": 0}
-            ),
+            settings.topic_recipients, partition, offset, str(b[0][1]).encode(), writer.encode(b)
         )
-        for offset, (seq, user_id) in enumerate(rows)
+        for offset, b in enumerate(blocks)
     ]
 
 
@@ -126,14 +128,15 @@ def test_leftover_doorbells_of_a_cancelled_campaign_are_skipped_in_bulk(
 ) -> None:
     """After a cancel, the topic still holds the campaign's unconsumed doorbells; a new
     campaign's records queue behind them. Their claims find nothing to send, so they need no
-    lane room and go MAX_CLAIM_RECORDS at a time, not half a lane (25) at a time."""
+    lane room and go MAX_CLAIM_RECIPIENTS at a time, not half a lane (25) at a time. The
+    doorbells here ring for one recipient each, as contract v1 wrote them: the worst case."""
     seed_users(settings.pg_dsn, 3_000)
     put_template(settings)
     cid = new_campaign(settings, rate=0)
     rows = _rows(settings, cid)
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         CampaignStore(conn).transition(cid, "cancelled", "test")
-    records = _consumed(settings, cid, 0, rows)
+    records = _consumed(settings, cid, 0, rows, block=1)
 
     async def scenario() -> tuple[int, dict[int, int]]:
         runtime = Runtime(settings)
@@ -157,5 +160,5 @@ def test_leftover_doorbells_of_a_cancelled_campaign_are_skipped_in_bulk(
 
     rounds, stored = asyncio.run(scenario())
     assert stored == {0: len(records)}, stored  # every doorbell consumed, offset advanced
-    assert rounds <= len(records) // MAX_CLAIM_RECORDS + 2, rounds  # not len(records) / 25
+    assert rounds <= len(records) // MAX_CLAIM_RECIPIENTS + 2, rounds  # not len(records) / 25
     assert statuses(settings, cid).get("sending", 0) == 0
