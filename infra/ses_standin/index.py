@@ -16,6 +16,9 @@ from infra.ses_standin.stats import bucket_counts, max_in_window, sort_points
 MAX_LISTED_DUPLICATES = 100
 UNTAGGED = ""
 
+# One accepted message: (campaign, recipient keys, journal offset, rendering failed).
+Accepted = tuple[str, Sequence[str], int, bool]
+
 
 @dataclass(slots=True)
 class Acceptances:
@@ -44,8 +47,26 @@ class Acceptances:
         self.recipients += n
         if rendering_failed:
             self.rendering_failures += 1
-        if not self.track_duplicates:
-            return
+        if self.track_duplicates:
+            self._count_copies(keys)
+
+    def add_many(self, t: float, messages: Sequence[Accepted]) -> None:
+        """Messages accepted together at `t`: the same as `add` for each, in one step."""
+        keys = [key for message in messages for key in message[1]]
+        n = len(keys)
+        if self.times and self.times[-1] == t:
+            self.counts[-1] += n
+        else:
+            self.times.append(t)
+            self.counts.append(n)
+        self.offsets.extend([message[2] for message in messages])
+        self.messages += len(messages)
+        self.recipients += n
+        self.rendering_failures += sum(1 for message in messages if message[3])
+        if self.track_duplicates:
+            self._count_copies(keys)
+
+    def _count_copies(self, keys: Sequence[str]) -> None:
         seen = self.seen
         for key in keys:
             copies = seen.get(key, 0) + 1
@@ -84,6 +105,33 @@ class MessageIndex:
                 by_destination[key] = [offset]
             else:
                 offsets.append(offset)
+
+    def add_call(self, t: float, messages: Sequence[Accepted]) -> None:
+        """One call's messages, all accepted at `t`: the same as `add` for each, in order,
+        with each campaign's acceptances updated once per call instead of once per message.
+        """
+        groups: dict[str, list[Accepted]] = {}
+        by_destination = self.by_destination
+        for message in messages:
+            campaign, keys, offset, _failed = message
+            group = groups.get(campaign)
+            if group is None:
+                groups[campaign] = [message]
+            else:
+                group.append(message)
+            for key in keys:
+                offsets = by_destination.get(key)
+                if offsets is None:
+                    by_destination[key] = [offset]
+                else:
+                    offsets.append(offset)
+        for campaign, group in groups.items():
+            acceptances = self.campaigns.get(campaign)
+            if acceptances is None:
+                acceptances = self.campaigns[campaign] = Acceptances()
+            acceptances.add_many(t, group)
+        if messages:
+            self.all.add_many(t, messages)
 
     def select(self, campaign: str | None) -> Acceptances:
         """The campaign's acceptances (empty if unknown), or all of them for None."""
