@@ -97,13 +97,14 @@ class SesAccount:
         batch: list[tuple[Record, tuple[str, ...], str]] = []
         for i, entry in enumerate(request.entries):
             recipients = entry.recipients
-            if recipients.count > left:
+            count = len(recipients.keys)
+            if count > left:
                 results.append(_NO_QUOTA)
                 continue
             if p_transient > 0.0 and draw() < p_transient:
                 results.append(_TRANSIENT)
                 continue
-            left -= recipients.count
+            left -= count
             message_id = f"{id_base}-{i:06d}"
             missing = compiled.missing_variable(entry.data)
             record = _record(
@@ -257,7 +258,7 @@ class SesAccount:
         if limit <= 0:
             return []
         if destination is not None:
-            offsets = self.index.by_destination.get(_normalize(destination), [])
+            offsets = self.index.destination_offsets(_normalize(destination))
         else:
             offsets = self.index.select(campaign).offsets
         return self.journal.read(offsets[-limit:])

@@ -82,7 +82,10 @@ class MessageIndex:
 
     all: Acceptances
     campaigns: dict[str, Acceptances]
-    by_destination: dict[str, list[int]]
+    # Journal offsets per recipient key: an int while the address got one message (the usual
+    # case), a list from its second on. One-element lists were one object per recipient for
+    # the cyclic GC to scan again and again: ~10 % of the send path's CPU at 500k recipients.
+    by_destination: dict[str, int | list[int]]
 
     def __init__(self) -> None:
         self.clear()
@@ -98,13 +101,7 @@ class MessageIndex:
             acceptances = self.campaigns[campaign] = Acceptances()
         acceptances.add(t, keys, offset, failed)
         self.all.add(t, keys, offset, failed)
-        by_destination = self.by_destination
-        for key in keys:
-            offsets = by_destination.get(key)
-            if offsets is None:
-                by_destination[key] = [offset]
-            else:
-                offsets.append(offset)
+        _note_destinations(self.by_destination, keys, offset)
 
     def add_call(self, t: float, messages: Sequence[Accepted]) -> None:
         """One call's messages, all accepted at `t`: the same as `add` for each, in order,
@@ -119,12 +116,7 @@ class MessageIndex:
                 groups[campaign] = [message]
             else:
                 group.append(message)
-            for key in keys:
-                offsets = by_destination.get(key)
-                if offsets is None:
-                    by_destination[key] = [offset]
-                else:
-                    offsets.append(offset)
+            _note_destinations(by_destination, keys, offset)
         for campaign, group in groups.items():
             acceptances = self.campaigns.get(campaign)
             if acceptances is None:
@@ -132,6 +124,13 @@ class MessageIndex:
             acceptances.add_many(t, group)
         if messages:
             self.all.add_many(t, messages)
+
+    def destination_offsets(self, key: str) -> list[int]:
+        """Journal offsets of the messages sent to `key`, oldest first."""
+        found = self.by_destination.get(key)
+        if found is None:
+            return []
+        return [found] if isinstance(found, int) else found
 
     def select(self, campaign: str | None) -> Acceptances:
         """The campaign's acceptances (empty if unknown), or all of them for None."""
@@ -163,3 +162,16 @@ class MessageIndex:
     def rate(self, campaign: str | None, bucket_s: float) -> list[tuple[float, int]]:
         acc = self.select(campaign)
         return bucket_counts(acc.times, acc.counts, bucket_s)
+
+
+def _note_destinations(
+    by_destination: dict[str, int | list[int]], keys: Sequence[str], offset: int
+) -> None:
+    for key in keys:
+        found = by_destination.get(key)
+        if found is None:
+            by_destination[key] = offset
+        elif isinstance(found, int):
+            by_destination[key] = [found, offset]
+        else:
+            found.append(offset)

@@ -303,11 +303,11 @@ def _bulk_entry(
             entry_data = _template_data(repl_template.get("ReplacementTemplateData"), at_data)
             if entry_data:
                 data = {**data, **entry_data} if data else entry_data
-    return BulkEntry(
-        recipients=recipients,
-        tags={**default_tags, **tags} if default_tags else tags,
-        headers=merge_headers(template.headers, headers),
-        data=data,
+    return BulkEntry(  # positional: 50 per call, and keywords cost ~0.2 µs more each time
+        recipients,
+        {**default_tags, **tags} if default_tags else tags,
+        merge_headers(template.headers, headers),
+        data,
     )
 
 

@@ -79,7 +79,7 @@ def parse_destination(obj: dict[str, Any], where: str) -> Recipients:
         raise BadRequest(
             f"{where} has {len(keys)} recipients; the maximum is {MAX_RECIPIENTS_PER_MESSAGE}."
         )
-    return Recipients(to=lists[0], cc=lists[1], bcc=lists[2], keys=tuple(keys))
+    return Recipients(lists[0], lists[1], lists[2], tuple(keys))  # to, cc, bcc, keys
 
 
 def parse_raw_recipients(headers: Message) -> Recipients:

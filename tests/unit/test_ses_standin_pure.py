@@ -488,13 +488,16 @@ def test_template_data_parses_as_json_loads(raw: str) -> None:
 def test_index_add_call_equals_adding_each_message() -> None:
     rng = random.Random(5)
     one_by_one, per_call = MessageIndex(), MessageIndex()
+    sent_to: dict[str, list[int]] = {}
     offset = 0
     for call in range(300):
         t = float(call // 3)
         messages = []
         for _ in range(rng.randrange(1, 6)):
-            keys = tuple(f"u{rng.randrange(40)}@x.com" for _ in range(rng.randrange(1, 3)))
+            keys = tuple(f"u{rng.randrange(900)}@x.com" for _ in range(rng.randrange(1, 3)))
             messages.append((rng.choice(["", "a", "b"]), keys, offset, rng.random() < 0.2))
+            for key in keys:
+                sent_to.setdefault(key, []).append(offset)
             offset += 100
         for campaign, keys, at, failed in messages:
             one_by_one.add(t, campaign, keys, at, failed)
@@ -503,4 +506,8 @@ def test_index_add_call_equals_adding_each_message() -> None:
         assert per_call.stats(campaign) == one_by_one.stats(campaign)
         assert per_call.select(campaign) == one_by_one.select(campaign)
     assert per_call.by_destination == one_by_one.by_destination
+    assert {1, 2} <= {len(v) for v in sent_to.values()}  # some got one message, some more
+    for key in [*sent_to, "nobody@x.com"]:
+        assert per_call.destination_offsets(key) == sent_to.get(key, [])
+        assert one_by_one.destination_offsets(key) == sent_to.get(key, [])
     assert list(per_call.campaigns) == list(one_by_one.campaigns)
