@@ -8,7 +8,6 @@ template → per entry: daily quota, random transient failure → record.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -26,7 +25,7 @@ from infra.ses_standin.errors import (
 )
 from infra.ses_standin.faults import FaultConfig, FaultDice
 from infra.ses_standin.index import UNTAGGED, MessageIndex
-from infra.ses_standin.journal import Journal, Record
+from infra.ses_standin.journal import Journal, LineEncoder, Record
 from infra.ses_standin.limits import RollingCounter, TokenBucket, quota_left
 from infra.ses_standin.protocol import (
     BulkRequest,
@@ -44,8 +43,6 @@ log = logging.getLogger(__name__)
 # Called once per accepted message, after it is journaled. The seam for event emission
 # (Send/Delivery/Bounce… to SNS), which a later component plugs in.
 MessageHook = Callable[[Record], None]
-
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
 
 _PAUSED = {"Status": "ACCOUNT_SENDING_PAUSED", "Error": "Sending paused for this account."}
 _NO_QUOTA = {"Status": "ACCOUNT_DAILY_QUOTA_EXCEEDED", "Error": "Daily message quota exceeded."}
@@ -95,17 +92,19 @@ class SesAccount:
         p_transient = config.p_transient
         draw = self.dice.random
         id_base = _message_id_base(now)
+        lines = LineEncoder(now, "bulk", request.sender, template_name, request.configuration_set)
         results: list[dict[str, str]] = []
-        batch: list[tuple[Record, tuple[str, ...]]] = []
+        batch: list[tuple[Record, tuple[str, ...], str]] = []
         for i, entry in enumerate(request.entries):
             recipients = entry.recipients
-            if recipients.count > left:
+            count = len(recipients.keys)
+            if count > left:
                 results.append(_NO_QUOTA)
                 continue
             if p_transient > 0.0 and draw() < p_transient:
                 results.append(_TRANSIENT)
                 continue
-            left -= recipients.count
+            left -= count
             message_id = f"{id_base}-{i:06d}"
             missing = compiled.missing_variable(entry.data)
             record = _record(
@@ -121,7 +120,7 @@ class SesAccount:
                 request.configuration_set,
                 missing,
             )
-            batch.append((record, recipients.keys))
+            batch.append((record, recipients.keys, lines.line(record)))
             results.append({"Status": "SUCCESS", "MessageId": message_id})
         self._commit(now, batch)
         return results
@@ -166,7 +165,8 @@ class SesAccount:
             request.configuration_set,
             missing,
         )
-        self._commit(now, [(record, request.recipients.keys)])
+        lines = LineEncoder(now, "single", request.sender, template_name, request.configuration_set)
+        self._commit(now, [(record, request.recipients.keys, lines.line(record))])
         return message_id
 
     def hang_now(self) -> bool:
@@ -258,7 +258,7 @@ class SesAccount:
         if limit <= 0:
             return []
         if destination is not None:
-            offsets = self.index.by_destination.get(_normalize(destination), [])
+            offsets = self.index.destination_offsets(_normalize(destination))
         else:
             offsets = self.index.select(campaign).offsets
         return self.journal.read(offsets[-limit:])
@@ -283,19 +283,21 @@ class SesAccount:
         assert ref.inline is not None
         return None, compile_template(ref.inline)
 
-    def _commit(self, now: float, batch: list[tuple[Record, tuple[str, ...]]]) -> None:
+    def _commit(self, now: float, batch: list[tuple[Record, tuple[str, ...], str]]) -> None:
         """Journal a call's accepted messages (one write), index them, run the hooks."""
         if not batch:
             return
-        offsets = self.journal.append([_dumps(record) for record, _keys in batch])
-        add = self.index.add
-        total = 0
-        for (record, keys), offset in zip(batch, offsets, strict=True):
-            add(now, record["tags"].get("campaign", UNTAGGED), keys, offset, _failed(record))
-            total += len(keys)
-        self.sent_last_24h.add(now, total)
+        offsets = self.journal.append([line for _record, _keys, line in batch])
+        self.index.add_call(
+            now,
+            [
+                (record["tags"].get("campaign", UNTAGGED), keys, offset, _failed(record))
+                for (record, keys, _line), offset in zip(batch, offsets, strict=True)
+            ],
+        )
+        self.sent_last_24h.add(now, sum(len(keys) for _record, keys, _line in batch))
         for hook in self.on_accepted:
-            for record, _keys in batch:
+            for record, _keys, _line in batch:
                 hook(record)
 
     def _replay(self) -> None:

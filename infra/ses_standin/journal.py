@@ -5,6 +5,10 @@ line's length in characters is its length in bytes and offsets can be computed w
 encoding twice. Each call's lines go out in one write followed by a flush; the OS page cache
 is durable enough for a test double (no fsync). A torn last line (the process died mid-write)
 is cut off when the journal is reopened.
+
+The lines are the bytes of `json.dumps(record, separators=(",", ":"))`, but written by
+`LineEncoder`: one line per accepted message makes this the stand-in's hottest code, and
+`json.dumps` took ~6 µs a line against ~2 µs.
 """
 
 from __future__ import annotations
@@ -13,12 +17,69 @@ import json
 import logging
 import os
 from collections.abc import Iterable, Iterator
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 Record = dict[str, Any]
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
+# json's own C function: a str as a JSON string literal with non-ASCII escaped (TypeError
+# for anything but a str, so a value of an unexpected type fails loudly, never silently).
+_quote: Any = encode_basestring_ascii
+
+
+class LineEncoder:
+    """Journal lines of one send call: `json.dumps(record, separators=(",", ":"))`, by hand.
+
+    The fields every record of a call shares (time, operation, sender, template,
+    configuration set) are encoded once per call; per record only its own strings are
+    quoted. The keys come in `account._record`'s order; a test compares the bytes with
+    `json.dumps` of the same records.
+    """
+
+    def __init__(
+        self,
+        now: float,
+        operation: str,
+        sender: str,
+        template: str | None,
+        configuration_set: str | None,
+    ) -> None:
+        self._head = (
+            f',"time":{_dumps(now)},"operation":{_quote(operation)},"from":{_quote(sender)}'
+        )
+        self._template = ',"template":' + _nullable(template) + ',"subject":'
+        self._tail = ',"configuration_set":' + _nullable(configuration_set)
+
+    def line(self, record: Record) -> str:
+        """`record`'s line; it must hold the fields this encoder was made with."""
+        copies = ""
+        if "cc" in record:
+            copies += ',"cc":' + _list(record["cc"])
+        if "bcc" in record:
+            copies += ',"bcc":' + _list(record["bcc"])
+        return (
+            f'{{"message_id":{_quote(record["message_id"])}{self._head}'
+            f',"destination":{_list(record["destination"])}{copies}'
+            f"{self._template}{_nullable(record['subject'])}"
+            f',"headers":{_dict(record["headers"])},"tags":{_dict(record["tags"])}'
+            f'{self._tail},"rendering_failure":{_nullable(record["rendering_failure"])}}}'
+        )
+
+
+def _nullable(value: str | None) -> str:
+    return "null" if value is None else _quote(value)
+
+
+def _list(values: list[str]) -> str:
+    return "[" + ",".join([_quote(value) for value in values]) + "]"
+
+
+def _dict(values: dict[str, str]) -> str:
+    return "{" + ",".join([_quote(k) + ":" + _quote(v) for k, v in values.items()]) + "}"
 
 
 class Journal:

@@ -39,6 +39,17 @@ _TAG_RE = re.compile(r"[A-Za-z0-9_-]{1,256}")
 _HEADER_NAME_RE = re.compile(r"[!-9;-@A-~]{1,126}")
 _HEADER_VALUE_RE = re.compile(r"[ -~]{1,995}")
 _TEMPLATE_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# Error labels of bulk entry i (entry, Destination, tags, headers, data), made once, not per entry.
+_ENTRY_LABELS = [
+    (
+        f"BulkEmailEntries[{i}]",
+        f"BulkEmailEntries[{i}].Destination",
+        f"BulkEmailEntries[{i}].ReplacementTags",
+        f"BulkEmailEntries[{i}].ReplacementHeaders",
+        f"BulkEmailEntries[{i}].ReplacementTemplateData",
+    )
+    for i in range(MAX_BULK_ENTRIES)
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,15 +284,15 @@ def merge_headers(defaults: dict[str, str], overrides: dict[str, str]) -> dict[s
 def _bulk_entry(
     raw: Any, index: int, default_tags: dict[str, str], template: TemplateRef
 ) -> BulkEntry:
-    where = f"BulkEmailEntries[{index}]"
+    where, at_destination, at_tags, at_headers, at_data = _ENTRY_LABELS[index]
     if not isinstance(raw, dict):
         raise BadRequest(f"{where} must be an object.")
     destination = raw.get("Destination")
     if not isinstance(destination, dict):
-        raise BadRequest(f"{where}.Destination is required.")
-    recipients = parse_destination(destination, f"{where}.Destination")
-    tags = parse_tags(raw.get("ReplacementTags"), f"{where}.ReplacementTags")
-    headers = parse_headers(raw.get("ReplacementHeaders"), f"{where}.ReplacementHeaders")
+        raise BadRequest(f"{at_destination} is required.")
+    recipients = parse_destination(destination, at_destination)
+    tags = parse_tags(raw.get("ReplacementTags"), at_tags)
+    headers = parse_headers(raw.get("ReplacementHeaders"), at_headers)
     data = template.data
     replacement = raw.get("ReplacementEmailContent")
     if replacement is not None:
@@ -289,17 +300,14 @@ def _bulk_entry(
             raise BadRequest(f"{where}.ReplacementEmailContent must be an object.")
         repl_template = _obj(replacement, "ReplacementTemplate", where=where)
         if repl_template is not None:
-            entry_data = _template_data(
-                repl_template.get("ReplacementTemplateData"),
-                f"{where}.ReplacementTemplateData",
-            )
+            entry_data = _template_data(repl_template.get("ReplacementTemplateData"), at_data)
             if entry_data:
                 data = {**data, **entry_data} if data else entry_data
-    return BulkEntry(
-        recipients=recipients,
-        tags={**default_tags, **tags} if default_tags else tags,
-        headers=merge_headers(template.headers, headers),
-        data=data,
+    return BulkEntry(  # positional: 50 per call, and keywords cost ~0.2 µs more each time
+        recipients,
+        {**default_tags, **tags} if default_tags else tags,
+        merge_headers(template.headers, headers),
+        data,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from infra.ses_standin.account import SesAccount
 from infra.ses_standin.errors import BadRequest, LimitExceeded, NotFound, TooManyRequests
 from infra.ses_standin.faults import FaultConfig
-from infra.ses_standin.index import Acceptances
+from infra.ses_standin.index import Acceptances, MessageIndex
 from infra.ses_standin.journal import Journal
 from infra.ses_standin.limits import RollingCounter, TokenBucket, quota_left
 from infra.ses_standin.protocol import (
@@ -22,8 +23,14 @@ from infra.ses_standin.protocol import (
     parse_tags,
 )
 from infra.ses_standin.recipients import parse_address
+from infra.ses_standin.server import bulk_results_body
 from infra.ses_standin.stats import bucket_counts, max_in_window, sort_points
-from infra.ses_standin.templates import TemplateContent, compile_template, render_parts
+from infra.ses_standin.templates import (
+    TemplateContent,
+    compile_template,
+    parse_template_data,
+    render_parts,
+)
 
 
 def bulk_body(n: int = 2, **overrides: Any) -> dict[str, Any]:
@@ -376,3 +383,131 @@ def test_account_template_not_found_and_transient(tmp_path: Path) -> None:
     with pytest.raises(NotFound):
         account.get_template("missing")
     account.close()
+
+
+# ---- hand-written fast paths: the same bytes as the general path -------------------------
+
+
+def _canonical(record: dict[str, Any]) -> str:
+    return json.dumps(record, separators=(",", ":"))
+
+
+def test_journal_lines_are_json_dumps_of_the_records(tmp_path: Path) -> None:
+    """LineEncoder writes each line by hand: it must be json.dumps of the record, byte for byte
+    (non-ASCII escaped, display names, Cc/Bcc, null subject, rendering failure, config set)."""
+    account = make_account(tmp_path)
+    account.create_template("bare", TemplateContent(text="no subject {{x}}"), now=0.0)
+    hooked: list[dict[str, Any]] = []
+    account.on_accepted.append(hooked.append)
+    body = bulk_body(4, ConfigurationSetName="marketing")
+    body["DefaultContent"]["Template"]["TemplateData"] = json.dumps({"shop": 'Flâsh "&" \u2603'})
+    entries = body["BulkEmailEntries"]
+    entries[1]["Destination"] = {
+        "ToAddresses": ['"Zoë, Q" <zoe@example.org>'],
+        "CcAddresses": ["c@example.com"],
+        "BccAddresses": ["Bé <b@example.com>", "d@example.com"],
+    }
+    entries[2]["ReplacementHeaders"] = [{"Name": "X-Note", "Value": 'q"uote\\ <x>'}]
+    entries[3]["ReplacementEmailContent"] = {"ReplacementTemplate": {}}
+    entries[3]["ReplacementTags"] = [{"Name": "campaign", "Value": "other"}]
+    account.send_bulk(parse_bulk_request(body), now=1764725000.123456)
+    body["DefaultContent"]["Template"]["TemplateName"] = "bare"  # subject None, x missing
+    account.send_bulk(parse_bulk_request(body), now=1764725001.0)
+    account.send_email(
+        parse_email_request(
+            {
+                "FromEmailAddress": "Shöp <shop@example.com>",
+                "Destination": {"ToAddresses": ["a@example.com"], "CcAddresses": ["b@ex.com"]},
+                "Content": {"Simple": {"Subject": {"Data": "Sübject\n"}, "Body": {}}},
+                "EmailTags": [{"Name": "campaign", "Value": "7"}],
+            }
+        ),
+        now=1764725002.5,
+    )
+    raw_mail = base64.b64encode(b"From: a@example.com\r\nTo: b@example.com\r\n\r\nbody").decode()
+    account.send_email(
+        parse_email_request({"Content": {"Raw": {"Data": raw_mail}}}), now=1764725003.0
+    )
+    account.close()
+    lines = (tmp_path / "state" / "messages.jsonl").read_text(encoding="ascii").splitlines()
+    assert len(lines) == len(hooked) == 10
+    assert lines == [_canonical(record) for record in hooked]
+    assert lines == [_canonical(json.loads(line)) for line in lines]
+    assert json.loads(lines[4])["rendering_failure"] is not None
+    assert json.loads(lines[9])["subject"] is None
+
+
+def test_bulk_results_body_is_json_dumps() -> None:
+    results = [
+        {"Status": "SUCCESS", "MessageId": "0100-abc-000000"},
+        {"Status": "TRANSIENT_FAILURE", "Error": "Transient failure, try again later."},
+        {"MessageId": "out-of-order", "Status": "SUCCESS"},
+        {"Status": "SUCCESS", "MessageId": 'é"\\'},
+    ]
+    for chosen in (results, results[:1], []):
+        expected = json.dumps({"BulkEmailEntryResults": chosen}, separators=(",", ":"))
+        assert bulk_results_body(chosen) == expected
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"name":"x"}',
+        '{"a": {"b": [1, 2.5, null, true]}, "c": "\\u00e9\\ud83d\\ude00"}',
+        '{"a":1,"a":2}',
+        '{"n": NaN, "i": -Infinity}',
+        ' {"name":"x"}',
+        '{"name":"x"} ',
+        '{"name":"x"}junk',
+        '{"name":"x"',
+        "{",
+        "{}",
+        "[]",
+        '"text"',
+        "\ufeff{}",
+    ],
+)
+def test_template_data_parses_as_json_loads(raw: str) -> None:
+    """parse_template_data scans objects without json.loads' layers: same value, same errors."""
+    expected: Any
+    try:
+        expected = json.loads(raw)
+    except ValueError as exc:
+        expected = f"x is not valid JSON: {exc}"
+    else:
+        if not isinstance(expected, dict):
+            expected = "x must be a JSON object"
+    got: Any
+    try:
+        got = parse_template_data(raw, "x")
+    except ValueError as exc:
+        got = str(exc)
+    assert repr(got) == repr(expected)
+
+
+def test_index_add_call_equals_adding_each_message() -> None:
+    rng = random.Random(5)
+    one_by_one, per_call = MessageIndex(), MessageIndex()
+    sent_to: dict[str, list[int]] = {}
+    offset = 0
+    for call in range(300):
+        t = float(call // 3)
+        messages = []
+        for _ in range(rng.randrange(1, 6)):
+            keys = tuple(f"u{rng.randrange(900)}@x.com" for _ in range(rng.randrange(1, 3)))
+            messages.append((rng.choice(["", "a", "b"]), keys, offset, rng.random() < 0.2))
+            for key in keys:
+                sent_to.setdefault(key, []).append(offset)
+            offset += 100
+        for campaign, keys, at, failed in messages:
+            one_by_one.add(t, campaign, keys, at, failed)
+        per_call.add_call(t, messages)
+    for campaign in (None, "", "a", "b", "nope"):
+        assert per_call.stats(campaign) == one_by_one.stats(campaign)
+        assert per_call.select(campaign) == one_by_one.select(campaign)
+    assert per_call.by_destination == one_by_one.by_destination
+    assert {1, 2} <= {len(v) for v in sent_to.values()}  # some got one message, some more
+    for key in [*sent_to, "nobody@x.com"]:
+        assert per_call.destination_offsets(key) == sent_to.get(key, [])
+        assert one_by_one.destination_offsets(key) == sent_to.get(key, [])
+    assert list(per_call.campaigns) == list(one_by_one.campaigns)
