@@ -452,11 +452,12 @@ class CampaignSender:
                 await self._lane(partition).wait_room(self._next_chunk(queue, size)[1])
                 # Again: the queue may have been forgotten (the partition moved) meanwhile.
                 count, _, taken = self._next_chunk(queue, size)
+                if not count:
+                    continue
                 chunk = [queue.popleft() for _ in range(count)]
                 self._unclaimed_weight[partition] -= taken
                 self._taken.set()
-                if chunk:
-                    await self._claim_together(chunk)
+                await self._claim_together(chunk)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # a bug, not an outage (_retry absorbs those)
@@ -482,7 +483,7 @@ class CampaignSender:
         queue = self._unclaimed.get(partition)
         if queue:
             queue.clear()
-        self._unclaimed_weight.pop(partition, None)
+        self._unclaimed_weight[partition] = 0  # a feeder waiting for room may still read it
         self._last_queued.pop(partition, None)
         self._taken.set()
 

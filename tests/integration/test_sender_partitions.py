@@ -123,6 +123,38 @@ def test_a_full_lane_does_not_hold_back_other_partitions(settings: Settings) -> 
     assert left.get("sending", 0) <= 2 * 5, left
 
 
+def test_a_partition_moving_away_while_its_feeder_waits_for_room_fails_nothing(
+    settings: Settings,
+) -> None:
+    """A rebalance forgets a partition's unclaimed records while its feeder waits for lane
+    room; the feeder must then find nothing to claim, not fail (it once raised KeyError on the
+    forgotten queue's bookkeeping, which stopped the worker and made its group rebalance)."""
+    seed_users(settings.pg_dsn, 400)
+    put_template(settings)
+    cid = new_campaign(settings, rate=settings.partitions)  # 1 recipient/s per partition
+    rows = _rows(settings, cid)
+
+    async def scenario() -> tuple[int, BaseException | None]:
+        runtime = Runtime(settings)
+        try:
+            await runtime.offsets(settings.topic_recipients, [0, 1])
+            sender = await runtime.ensure_started()
+            await sender.reassign({0, 1})
+            await asyncio.wait_for(sender.handle(_consumed(settings, cid, 0, rows[:150])), 10)
+            await asyncio.sleep(1)  # partition 0's lane is full; its feeder waits for room
+            await sender.reassign({1})  # partition 0 moved to another worker
+            await asyncio.sleep(1)
+            await asyncio.wait_for(sender.handle(_consumed(settings, cid, 1, rows[150:170])), 10)
+            await asyncio.sleep(0.5)
+            return sender.stats["claimed"], sender._failed
+        finally:
+            await runtime.stop()
+
+    claimed, failed = asyncio.run(scenario())
+    assert failed is None, failed
+    assert claimed >= 50, claimed
+
+
 def test_leftover_doorbells_of_a_cancelled_campaign_are_skipped_in_bulk(
     settings: Settings,
 ) -> None:
