@@ -160,7 +160,7 @@ class KafkaBroker:
     def _format(self, libs: Path, java: str, config: Path) -> None:
         if (self.data_dir / "meta.properties").exists():
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        cluster_id = new_cluster_id()
         cmd = self._java_cmd(
             libs, java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)
         )
@@ -218,3 +218,13 @@ def _metadata_ok(bootstrap: str) -> bool:
     except Exception:
         return False
     return bool(md.brokers)
+
+
+def new_cluster_id() -> str:
+    """A random cluster id as Kafka's own `Uuid.randomUuid()` makes one: URL-safe base64 of
+    16 random bytes, never starting with '-', which the storage tool's argument parser takes
+    for an option (1 id in 64; the stack then failed to start with a usage message)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
