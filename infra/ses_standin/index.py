@@ -36,22 +36,10 @@ class Acceptances:
     duplicate_destinations: list[str] = field(default_factory=list)
 
     def add(self, t: float, keys: Sequence[str], offset: int, rendering_failed: bool) -> None:
-        n = len(keys)
-        if self.times and self.times[-1] == t:
-            self.counts[-1] += n
-        else:
-            self.times.append(t)
-            self.counts.append(n)
-        self.offsets.append(offset)
-        self.messages += 1
-        self.recipients += n
-        if rendering_failed:
-            self.rendering_failures += 1
-        if self.track_duplicates:
-            self._count_copies(keys)
+        self.add_many(t, [(UNTAGGED, keys, offset, rendering_failed)])
 
     def add_many(self, t: float, messages: Sequence[Accepted]) -> None:
-        """Messages accepted together at `t`: the same as `add` for each, in one step."""
+        """Messages accepted together at `t`, in one step (their campaign is not read)."""
         keys = [key for message in messages for key in message[1]]
         n = len(keys)
         if self.times and self.times[-1] == t:
