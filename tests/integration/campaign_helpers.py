@@ -28,7 +28,8 @@ def admin(settings: Settings) -> SesStandinAdmin:
 
 def put_template(settings: Settings) -> None:
     SesSender(make_client(settings, timeout=10)).put_template(
-        DEFAULT_TEMPLATE, DEFAULT_SUBJECT, DEFAULT_HTML, DEFAULT_TEXT)
+        DEFAULT_TEMPLATE, DEFAULT_SUBJECT, DEFAULT_HTML, DEFAULT_TEXT
+    )
 
 
 def new_campaign(settings: Settings, *, rate: float = 0.0, name: str = "t") -> int:
@@ -41,8 +42,9 @@ def progress(settings: Settings, campaign_id: int) -> Progress:
         return CampaignStore(conn).progress(campaign_id)
 
 
-def wait_finished(settings: Settings, campaign_id: int, pool: WorkerPool | None = None,
-                  timeout: float = 120.0) -> Progress:
+def wait_finished(
+    settings: Settings, campaign_id: int, pool: WorkerPool | None = None, timeout: float = 120.0
+) -> Progress:
     deadline = time.monotonic() + timeout
     while True:
         p = progress(settings, campaign_id)

@@ -27,21 +27,29 @@ from tests.integration.campaign_helpers import (
 
 
 def test_demo_on_20000_users(settings: Settings) -> None:
-    summary = run_demo(settings, DemoOptions(users=20_000, workers=2, timeout_s=240,
-                                             show_progress=False), log=lambda _: None)
+    summary = run_demo(
+        settings,
+        DemoOptions(users=20_000, workers=2, timeout_s=240, show_progress=False),
+        log=lambda _: None,
+    )
     assert summary["duplicates"] == 0
     assert summary["pending"] == 0 and summary["sending"] == 0
     assert summary["unknown"] == 0 and summary["failed"] == 0
     assert summary["sent"] == summary["accepted_by_ses"] > 15_000
     assert summary["status"] == "done"
     with psycopg.connect(settings.pg_dsn) as conn:
-        reasons = dict(conn.execute(
-            "SELECT reason, count(*) FROM campaign_recipients WHERE campaign_id = %s "
-            "AND status = 'skipped' GROUP BY reason", (summary["campaign_id"],)).fetchall())
+        reasons = dict(
+            conn.execute(
+                "SELECT reason, count(*) FROM campaign_recipients WHERE campaign_id = %s "
+                "AND status = 'skipped' GROUP BY reason",
+                (summary["campaign_id"],),
+            ).fetchall()
+        )
         invalid_to_ses = conn.execute(
             "SELECT count(*) FROM campaign_recipients WHERE campaign_id = %s "
             "AND reason = 'invalid_email' AND sent_at IS NOT NULL",
-            (summary["campaign_id"],)).fetchone()
+            (summary["campaign_id"],),
+        ).fetchone()
     assert reasons.get("invalid_email", 0) > 0, "seeded invalid addresses must end skipped"
     assert invalid_to_ses == (0,)
 
@@ -53,17 +61,22 @@ def test_claim_is_conditional_two_claimers_one_winner(settings: Settings) -> Non
         from producers.campaign import snapshot
 
         snapshot(conn, cid, settings.audience_condition)
-        seqs = [r[0] for r in conn.execute(
-            "SELECT seq FROM campaign_recipients WHERE campaign_id = %s AND status = 'pending'",
-            (cid,))]
+        seqs = [
+            r[0]
+            for r in conn.execute(
+                "SELECT seq FROM campaign_recipients WHERE campaign_id = %s AND status = 'pending'",
+                (cid,),
+            )
+        ]
     barrier = threading.Barrier(2)
     claimed: list[set[int]] = []
 
     def claimer() -> None:
         with psycopg.connect(settings.pg_dsn) as conn:
             barrier.wait()
-            rows = conn.execute(query("claim_batch"),
-                                {"campaign_ids": [cid] * len(seqs), "seqs": seqs}).fetchall()
+            rows = conn.execute(
+                query("claim_batch"), {"campaign_ids": [cid] * len(seqs), "seqs": seqs}
+            ).fetchall()
             conn.commit()
             claimed.append({r[1] for r in rows if r[5] == "sending"})
 
@@ -85,28 +98,43 @@ def test_unsubscribed_after_snapshot_is_skipped(settings: Settings) -> None:
     # must catch them (seed trap 6).
     start_campaign(settings, cid)
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
-        out = [r[0] for r in conn.execute(
-            "UPDATE users SET marketing_opt_in = false WHERE id IN (SELECT user_id FROM "
-            "campaign_recipients WHERE campaign_id = %s AND status = 'pending' LIMIT 100) "
-            "RETURNING email", (cid,))]
-        conn.execute("INSERT INTO email_suppressions (email, reason) SELECT email, 'complaint' "
-                     "FROM campaign_recipients WHERE campaign_id = %s AND status = 'pending' "
-                     "AND email <> ALL(%s) LIMIT 50", (cid, out))
+        out = [
+            r[0]
+            for r in conn.execute(
+                "UPDATE users SET marketing_opt_in = false WHERE id IN (SELECT user_id FROM "
+                "campaign_recipients WHERE campaign_id = %s AND status = 'pending' LIMIT 100) "
+                "RETURNING email",
+                (cid,),
+            )
+        ]
+        conn.execute(
+            "INSERT INTO email_suppressions (email, reason) SELECT email, 'complaint' "
+            "FROM campaign_recipients WHERE campaign_id = %s AND status = 'pending' "
+            "AND email <> ALL(%s) LIMIT 50",
+            (cid, out),
+        )
     pool.start(1)
     try:
         wait_finished(settings, cid, pool)
     finally:
         pool.stop()
     with psycopg.connect(settings.pg_dsn) as conn:
-        reasons = dict(conn.execute(
-            "SELECT reason, count(*) FROM campaign_recipients WHERE campaign_id = %s "
-            "AND status = 'skipped' GROUP BY reason", (cid,)).fetchall())
+        reasons = dict(
+            conn.execute(
+                "SELECT reason, count(*) FROM campaign_recipients WHERE campaign_id = %s "
+                "AND status = 'skipped' GROUP BY reason",
+                (cid,),
+            ).fetchall()
+        )
     assert reasons.get("opted_out") == 100
     assert reasons.get("suppressed:complaint") == 50
     ses = admin(settings)
     for email in out[:10]:
-        mailed = [m for m in ses.messages(destination=email, limit=1000)
-                  if m["tags"].get("campaign") == str(cid)]
+        mailed = [
+            m
+            for m in ses.messages(destination=email, limit=1000)
+            if m["tags"].get("campaign") == str(cid)
+        ]
         assert mailed == [], f"{email} opted out but was mailed"
     assert stats(settings, cid)["duplicates"] == 0
 
@@ -128,9 +156,12 @@ def test_worker_restart_resumes_from_postgres_offsets(settings: Settings) -> Non
     with psycopg.connect(settings.pg_dsn) as conn:
         killed_at = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
     with psycopg.connect(settings.pg_dsn) as conn:
-        stored = dict(conn.execute(
-            "SELECT partition, next_offset FROM kafka_offsets WHERE group_id = %s AND topic = %s",
-            (settings.group_sender, settings.topic_recipients)).fetchall())
+        stored = dict(
+            conn.execute(
+                "SELECT partition, next_offset FROM kafka_offsets WHERE group_id = %s AND topic = %s",
+                (settings.group_sender, settings.topic_recipients),
+            ).fetchall()
+        )
     assert sum(stored.values()) > 0
     pool.start(1)
     try:
@@ -141,7 +172,9 @@ def test_worker_restart_resumes_from_postgres_offsets(settings: Settings) -> Non
             with psycopg.connect(settings.pg_dsn) as conn:
                 live = conn.execute(
                     "SELECT count(*) FROM campaign_recipients WHERE campaign_id = %s AND "
-                    "status = 'sending' AND claimed_at >= %s", (cid, killed_at)).fetchone()
+                    "status = 'sending' AND claimed_at >= %s",
+                    (cid, killed_at),
+                ).fetchone()
             if st.get("pending", 0) == 0 and live == (0,):
                 break
             assert time.monotonic() < deadline, st

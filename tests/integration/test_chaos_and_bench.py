@@ -11,10 +11,22 @@ from flashsend.settings import Settings
 
 
 def test_chaos_kills_restarts_zombie_and_hangs_keep_the_invariants(settings: Settings) -> None:
-    result = run_chaos(settings, ChaosOptions(
-        users=8_000, workers=3, rate=2_000, kill_every_s=6, restart_broker_at=8,
-        restart_postgres_at=16, zombie_at=4, ses_hang_rate=0.01, lease_s=15, timeout_s=240,
-    ), log=lambda _: None)
+    result = run_chaos(
+        settings,
+        ChaosOptions(
+            users=8_000,
+            workers=3,
+            rate=2_000,
+            kill_every_s=6,
+            restart_broker_at=8,
+            restart_postgres_at=16,
+            zombie_at=4,
+            ses_hang_rate=0.01,
+            lease_s=15,
+            timeout_s=240,
+        ),
+        log=lambda _: None,
+    )
     assert result["kills"] >= 1
     assert result["broker_restarts"] == 1 and result["postgres_restarts"] == 1
     assert result["zombies"] == 1
@@ -24,13 +36,27 @@ def test_chaos_kills_restarts_zombie_and_hangs_keep_the_invariants(settings: Set
 
 
 def test_bench_short_run_produces_every_figure(settings: Settings, tmp_path: Path) -> None:
-    result = run_bench(settings, BenchOptions(
-        users=6_000, workers=2, naive_users=300, limiter_seconds=4, pauses=2,
-        out_dir=tmp_path), log=lambda _: None)
-    for key in ("snapshot_s", "seed_snapshot_s", "produce_s", "send_rate_per_s",
-                "cpu_us_per_recipient", "limiter_ratio_600", "limiter_ratio_3000",
-                "pause_latency_ms", "status_query_ms", "end_to_end_s", "naive_rate_per_s",
-                "speedup_vs_naive"):
+    result = run_bench(
+        settings,
+        BenchOptions(
+            users=6_000, workers=2, naive_users=300, limiter_seconds=4, pauses=2, out_dir=tmp_path
+        ),
+        log=lambda _: None,
+    )
+    for key in (
+        "snapshot_s",
+        "seed_snapshot_s",
+        "produce_s",
+        "send_rate_per_s",
+        "cpu_us_per_recipient",
+        "limiter_ratio_600",
+        "limiter_ratio_3000",
+        "pause_latency_ms",
+        "status_query_ms",
+        "end_to_end_s",
+        "naive_rate_per_s",
+        "speedup_vs_naive",
+    ):
         assert key in result, key
     assert result["duplicates"] == 0
     assert result["pending"] == 0
