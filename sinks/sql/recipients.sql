@@ -2,25 +2,20 @@
 -- One INSERT…SELECT inside the transaction that moves the campaign out of draft (the lock that
 -- makes a second start a no-op, so no ON CONFLICT: its speculative insertion cost 2.6 s on
 -- 860k rows). seq is dense 1..N in user id order. Invalid addresses are recorded as skipped
--- so they never reach SES; the check is computed once per user (the OFFSET 0 fence stops the
--- planner from inlining it into both CASEs) and has no bounded repetition ({{1,64}} made
--- PostgreSQL's regex engine 8x slower): strpos bounds the local part instead. {audience} is
--- the campaign's configured condition over users u (psycopg sql.format: braces doubled).
+-- so they never reach SES. users.email_ok and users.email_key (the normalised address the
+-- suppression table is keyed by) are generated columns of migration 0012, computed when the
+-- user row is written rather than here for every user of every campaign. {audience} is the
+-- campaign's configured condition over users u (psycopg sql.format: braces doubled).
 -- {partition} is the campaign's own table, not yet attached and without indexes
 -- (sinks/recipient_partitions.py): the parent's counter trigger does not see these rows, so
 -- count_snapshot records them.
 INSERT INTO {partition} (campaign_id, seq, user_id, email, status, reason)
-SELECT %(campaign_id)s, row_number() OVER (ORDER BY a.id), a.id, a.email,
-       CASE WHEN a.valid THEN 'pending' ELSE 'skipped' END,
-       CASE WHEN a.valid THEN NULL ELSE 'invalid_email' END
-  FROM (SELECT u.id, u.email,
-               u.email ~ '^[^@[:space:]]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$'
-                 AND strpos(u.email, '@') <= 65 AND length(u.email) <= 254 AS valid
-          FROM users u
-         WHERE ({audience})
-           -- Suppressions are keyed by the normalised address (streams.addresses.normalise_email).
-           AND NOT EXISTS (SELECT 1 FROM email_suppressions s WHERE s.email = lower(btrim(u.email)))
-        OFFSET 0) a;
+SELECT %(campaign_id)s, row_number() OVER (ORDER BY u.id), u.id, u.email,
+       CASE WHEN u.email_ok THEN 'pending' ELSE 'skipped' END,
+       CASE WHEN u.email_ok THEN NULL ELSE 'invalid_email' END
+  FROM users u
+ WHERE ({audience})
+   AND NOT EXISTS (SELECT 1 FROM email_suppressions s WHERE s.email = u.email_key);
 
 -- name: count_snapshot
 -- The counters the insert trigger of migration 0010 would have written for the snapshot's

@@ -158,7 +158,8 @@ def test_worker_restart_resumes_from_postgres_offsets(settings: Settings) -> Non
     with psycopg.connect(settings.pg_dsn) as conn:
         stored = dict(
             conn.execute(
-                "SELECT partition, next_offset FROM kafka_offsets WHERE group_id = %s AND topic = %s",
+                "SELECT partition, next_offset FROM kafka_offsets "
+                "WHERE group_id = %s AND topic = %s",
                 (settings.group_sender, settings.topic_recipients),
             ).fetchall()
         )
