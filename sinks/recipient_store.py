@@ -16,6 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from sinks import offsets
 from sinks.offsets import PartitionSpan, StoreUnavailable
+from sinks.pg_arrays import int_array, text_array
 from sinks.queries import query
 
 __all__ = ["PartitionSpan", "RecipientStore", "StoreUnavailable"]
@@ -78,8 +79,8 @@ class RecipientStore:
                 cur = await conn.execute(
                     query("claim_batch"),
                     {
-                        "campaign_ids": [k[0] for k in keys],
-                        "seqs": [k[1] for k in keys],
+                        "campaign_ids": int_array(k[0] for k in keys),
+                        "seqs": int_array(k[1] for k in keys),
                     },
                 )
                 claimed: list[ClaimedRecipient] = []
@@ -101,10 +102,10 @@ class RecipientStore:
                     query("record_results"),
                     {
                         "campaign_id": campaign_id,
-                        "seqs": [r.seq for r in results],
-                        "statuses": [r.status for r in results],
-                        "reasons": [r.reason for r in results],
-                        "message_ids": [r.message_id for r in results],
+                        "seqs": int_array(r.seq for r in results),
+                        "statuses": text_array(r.status for r in results),
+                        "reasons": text_array(r.reason for r in results),
+                        "message_ids": text_array(r.message_id for r in results),
                     },
                 )
         except psycopg.Error as exc:
