@@ -41,6 +41,7 @@ from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
 from schemas.doorbell import doorbell_seqs
 from schemas.serde import AvroCodec, SerdeError, registry_client
+from sinks.pg_arrays import int_array
 from sinks.queries import query
 from streams.mail_logic import CancelMail, CreateMail, Ignore, parse_order_event
 from streams.replay_plan import (
@@ -246,7 +247,11 @@ def _campaign_counts(
         chunk = keys[i : i + 10_000]
         for cid, seq, row_status, campaign_status in conn.execute(
             query("plan_campaign_rows"),
-            {"campaign_ids": [k[0] for k in chunk], "seqs": [k[1] for k in chunk]},
+            {
+                "campaign_ids": int_array(k[0] for k in chunk),
+                "campaigns": int_array({k[0] for k in chunk}),
+                "seqs": int_array(k[1] for k in chunk),
+            },
         ):
             rows[(int(cid), int(seq))] = (row_status, campaign_status)
     counts, campaigns = classify_campaign(keys, rows)

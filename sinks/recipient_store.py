@@ -80,6 +80,7 @@ class RecipientStore:
                     query("claim_batch"),
                     {
                         "campaign_ids": int_array(k[0] for k in keys),
+                        "campaigns": int_array({k[0] for k in keys}),
                         "seqs": int_array(k[1] for k in keys),
                     },
                 )

@@ -29,11 +29,11 @@ VALUES (%(replay_id)s, %(requested_by)s, %(host)s, %(reason)s, %(group_id)s, %(b
 
 -- name: plan_campaign_rows
 -- For each doorbell in a replay range: the row's status and its campaign's status (NULL when
--- missing). Primary-key lookups only.
+-- missing). Primary-key lookups only. %(campaigns)s: the distinct ids (see claim_batch).
 SELECT b.campaign_id, b.seq, r.status AS row_status, c.status AS campaign_status
   FROM unnest(%(campaign_ids)s::bigint[], %(seqs)s::int[]) AS b(campaign_id, seq)
   LEFT JOIN campaign_recipients r ON r.campaign_id = b.campaign_id AND r.seq = b.seq
-                                   AND r.campaign_id = ANY(%(campaign_ids)s::bigint[])
+                                   AND r.campaign_id = ANY(%(campaigns)s::bigint[])
   LEFT JOIN campaigns c ON c.id = b.campaign_id;
 
 -- name: plan_mail_known

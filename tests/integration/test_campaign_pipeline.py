@@ -75,7 +75,8 @@ def test_claim_is_conditional_two_claimers_one_winner(settings: Settings) -> Non
         with psycopg.connect(settings.pg_dsn) as conn:
             barrier.wait()
             rows = conn.execute(
-                query("claim_batch"), {"campaign_ids": [cid] * len(seqs), "seqs": seqs}
+                query("claim_batch"),
+                {"campaign_ids": [cid] * len(seqs), "campaigns": [cid], "seqs": seqs},
             ).fetchall()
             conn.commit()
             claimed.append({r[1] for r in rows if r[5] == "sending"})

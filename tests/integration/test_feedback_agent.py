@@ -267,7 +267,9 @@ def test_suppressions_match_whatever_case_the_user_table_has(settings: Settings)
             "VALUES (%s, 2, 1, 'Jane.Doe@Example.COM')",
             (cid,),
         )
-        rows = conn.execute(named("claim_batch"), {"campaign_ids": [cid], "seqs": [2]}).fetchall()
+        rows = conn.execute(
+            named("claim_batch"), {"campaign_ids": [cid], "campaigns": [cid], "seqs": [2]}
+        ).fetchall()
     assert [(r[1], r[5]) for r in rows] == [(2, "skipped")]
     assert query(settings, "SELECT reason FROM campaign_recipients WHERE seq = 2") == [
         ("suppressed:bounce",)

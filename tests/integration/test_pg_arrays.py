@@ -30,7 +30,7 @@ NASTY = [
 
 def test_text_and_int_arrays_round_trip(settings: Settings) -> None:
     rng = random.Random(7)
-    alphabet = '\\",{} \tNUL\'x\n'
+    alphabet = "\\\",{} \tNUL'x\n"
     fuzzed: list[str | None] = [
         "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 12))) for _ in range(500)
     ]

@@ -114,7 +114,8 @@ def test_a_snapshot_in_progress_does_not_block_another_campaigns_claims(
         snapshot(snapshotter, starting, settings.audience_condition)  # not committed yet
         worker.execute("SET lock_timeout = '3s'")
         claimed = worker.execute(
-            query("claim_batch"), {"campaign_ids": [running] * 3, "seqs": [1, 2, 3]}
+            query("claim_batch"),
+            {"campaign_ids": [running] * 3, "campaigns": [running], "seqs": [1, 2, 3]},
         ).fetchall()
         worker.commit()
         assert len(claimed) == 3
