@@ -9,6 +9,7 @@ same two cores.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import statistics
 import time
@@ -188,6 +189,33 @@ def seed_snapshot_s(settings: Settings) -> float:
     return elapsed
 
 
+# A fixed piece of pure-Python work (JSON, hashing, dicts: what a worker does per call).
+_REFERENCE_DOC = {
+    "FromEmailAddress": "deals@mail.flashsend.test",
+    "BulkEmailEntries": [
+        {"Destination": {"ToAddresses": [f"user{i}@mail.flashsend.test"]}, "Tags": {"seq": i}}
+        for i in range(50)
+    ],
+}
+
+
+def machine_reference_ms(rounds: int = 9, loops: int = 400) -> float:
+    """CPU milliseconds this process spends on a fixed workload (the median of `rounds`).
+
+    This machine's speed drifts by 20-30 % within an hour (shared cores): the same code's CPU
+    per recipient moves with it. Taken at the start and at the end of a bench, this figure
+    says which runs are comparable; it is not part of any target."""
+    times = []
+    for _ in range(rounds):
+        began = time.process_time()
+        for i in range(loops):
+            body = json.dumps(_REFERENCE_DOC).encode()
+            hashlib.sha256(body + i.to_bytes(4, "big")).digest()
+            json.loads(body)
+        times.append((time.process_time() - began) * 1000)
+    return round(statistics.median(times), 1)
+
+
 def status_query_ms(settings: Settings, cid: int, repeat: int = 5) -> float:
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         store = CampaignStore(conn)
@@ -318,6 +346,7 @@ def run_bench(
         "ses_latency_ms": options.ses_latency_ms,
     }
     ensure_users(settings, options.users)
+    reference_start = machine_reference_ms()
     log(
         f"bench: {options.users:,} users, {options.workers} workers, "
         f"SES latency {options.ses_latency_ms} ms"
@@ -374,6 +403,7 @@ def run_bench(
     result["naive_rate_per_s"] = round(naive_rate(settings, options.naive_users), 1)
     result["speedup_vs_naive"] = round(result["send_rate_per_s"] / result["naive_rate_per_s"], 1)
     ses.set_faults(latency_ms=before["latency_ms"], jitter_ms=before["jitter_ms"])
+    result["machine_reference_ms"] = {"start": reference_start, "end": machine_reference_ms()}
     stamp = time.strftime("%Y%m%dT%H%M%S")
     options.out_dir.mkdir(parents=True, exist_ok=True)
     (options.out_dir / f"{stamp}.json").write_text(json.dumps(result, indent=2))

@@ -56,9 +56,12 @@ def test_bench_short_run_produces_every_figure(settings: Settings, tmp_path: Pat
         "end_to_end_s",
         "naive_rate_per_s",
         "speedup_vs_naive",
+        "machine_reference_ms",
     ):
         assert key in result, key
     assert result["duplicates"] == 0
     assert result["pending"] == 0
     assert result["speedup_vs_naive"] > 1
+    reference = result["machine_reference_ms"]
+    assert 0 < reference["start"] < 10_000 and 0 < reference["end"] < 10_000
     assert all(Path(f).exists() for f in result["files"])
