@@ -154,14 +154,10 @@ def produce_pending(
     total_row = conn.execute(query("pending_count"), {"campaign_id": campaign_id}).fetchone()
     total = int(total_row[0]) if total_row else 0
     failures: list[str] = []
-    delivered = 0
 
     def on_delivery(err: object, _msg: object) -> None:
-        nonlocal delivered
         if err is not None:
             failures.append(str(err))
-        else:
-            delivered += 1
 
     produced = 0
     doorbells = DoorbellProducer(
