@@ -1,5 +1,9 @@
 """Dead letters: records we cannot process go to a DLQ topic at once, with the reason in
-headers, so the partition keeps flowing and an operator can inspect and replay them."""
+headers, so the partition keeps flowing and an operator can inspect and replay them.
+
+A dead letter keeps the record's own headers too (before ours): consumers read some of them
+(`flashsend.schema` tells the feedback agent how to decode a `mail.events` record), so a replay
+without them would be skipped, and tracing headers say where the record came from."""
 
 from __future__ import annotations
 
@@ -12,6 +16,32 @@ from typing import Any
 from confluent_kafka import KafkaException, Producer
 
 from flashsend.errors import FlashsendError
+
+Header = tuple[str, bytes | None]
+
+# The headers a dead letter adds; a replay strips exactly these (flashsend.schema is the
+# record's own and must go back with it).
+DLQ_HEADERS = frozenset(
+    {
+        "flashsend.reason",
+        "flashsend.detail",
+        "flashsend.topic",
+        "flashsend.partition",
+        "flashsend.offset",
+        "flashsend.failed_at_ms",
+    }
+)
+
+
+def record_headers(headers: Any) -> tuple[Header, ...]:
+    """A consumed record's headers as (name, bytes) pairs, in order. Faust gives a list of
+    pairs or a mapping, confluent-kafka a list or None."""
+    if not headers:
+        return ()
+    items = headers.items() if hasattr(headers, "items") else headers
+    return tuple(
+        (str(k), v if v is None or isinstance(v, bytes) else str(v).encode()) for k, v in items
+    )
 
 
 class DeadLetterFailed(FlashsendError):
@@ -27,9 +57,12 @@ class DeadLetter:
     value: bytes | None
     reason: str
     detail: str = ""
+    original_headers: tuple[Header, ...] = ()
 
     def headers(self) -> list[tuple[str, str | bytes | None]]:
+        own = [(k, v) for k, v in self.original_headers if k not in DLQ_HEADERS]
         return [
+            *own,
             ("flashsend.reason", self.reason.encode()),
             ("flashsend.detail", self.detail[:1000].encode()),
             ("flashsend.topic", self.topic.encode()),

@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
+from producers.dlq import DLQ_HEADERS, Header, record_headers
 from producers.replay import operator
 from sinks.queries import query
 
@@ -37,6 +38,7 @@ class Letter:
     key: bytes | None
     value: bytes | None
     headers: dict[str, str]
+    raw_headers: tuple[Header, ...] = ()  # as read, bytes and order kept
 
     @property
     def ref(self) -> str:
@@ -73,6 +75,13 @@ class Letter:
             "key": (self.key or b"").decode(errors="replace"),
             "value_hex": (self.value or b"").hex(),
         }
+
+
+def replay_headers(letter: Letter, dlq_topic: str) -> list[tuple[str, str | bytes | None]]:
+    """The record's own headers as they were (consumers read some: `flashsend.schema`), without
+    the dead letter's, plus where this copy comes from (one such header, the latest)."""
+    own = [(k, v) for k, v in letter.raw_headers if k not in DLQ_HEADERS and k != REPLAY_HEADER]
+    return [*own, (REPLAY_HEADER, f"{dlq_topic}@{letter.ref}".encode())]
 
 
 def parse_ref(ref: str) -> tuple[int, int]:
@@ -123,7 +132,9 @@ def read_letters(s: Settings, *, timeout: float = 5.0) -> list[Letter]:
                     for k, v in raw
                 }
                 partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
-                letters.append(Letter(partition, offset, msg.key(), msg.value(), headers))
+                letters.append(
+                    Letter(partition, offset, msg.key(), msg.value(), headers, record_headers(raw))
+                )
                 if offset >= ends.get(partition, 0) - 1:
                     ends.pop(partition, None)
     finally:
@@ -163,7 +174,7 @@ def replay_letters(s: Settings, letters: list[Letter], *, reason: str) -> list[d
             key=letter.key,
             value=letter.value,
             partition=letter.partition,
-            headers=[(REPLAY_HEADER, f"{s.topic_dlq}@{letter.ref}".encode())],
+            headers=replay_headers(letter, s.topic_dlq),
             on_delivery=recorder(letter.ref),
         )
     remaining = producer.flush(30)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from flashsend import metrics
-from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
+from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer, record_headers
 from schemas.serde import AvroCodec, SerdeError
 from sinks.mail_store import IngestOutcome, MailStore
 from sinks.recipient_store import PartitionSpan, StoreUnavailable
@@ -85,7 +85,14 @@ class MailIngest:
             event = self.codec.decode(rec.value)
         except SerdeError as exc:
             return DeadLetter(
-                rec.topic, rec.partition, rec.offset, rec.key, rec.value, exc.reason, str(exc)
+                rec.topic,
+                rec.partition,
+                rec.offset,
+                rec.key,
+                rec.value,
+                exc.reason,
+                str(exc),
+                record_headers(getattr(rec, "headers", None)),
             )
         parsed = parse_order_event(
             event,
@@ -102,6 +109,7 @@ class MailIngest:
                 rec.value,
                 parsed.reason,
                 parsed.detail,
+                record_headers(getattr(rec, "headers", None)),
             )
         return parsed
 

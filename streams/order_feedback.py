@@ -23,7 +23,7 @@ import psycopg
 from confluent_kafka import Consumer, Message
 
 from flashsend.settings import Settings
-from producers.dlq import DeadLetter, DeadLetterProducer
+from producers.dlq import DeadLetter, DeadLetterProducer, record_headers
 from schemas.serde import AvroCodec, SerdeError, registry_client
 from sinks.order_store import MailEvent, apply_mail_event
 from streams.backoff import backoff_delay
@@ -96,6 +96,7 @@ class OrderFeedback:
                         msg.value(),
                         reason,
                         str(exc),
+                        record_headers(msg.headers()),
                     )
                 )
         if dead:

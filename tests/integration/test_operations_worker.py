@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from flashsend.settings import Settings
 from flashsend.workers import WorkerPool
@@ -82,12 +82,14 @@ def test_metrics_move_during_a_campaign_and_dlq_replay_after_the_fix(
             key=b"1",
             partition=0,
             value=codec.encode({"campaign_id": ghost, "seq": 1, "user_id": 1, "produced_at_ms": 0}),
+            headers=[("traceparent", TRACE), ("flashsend.schema", b"campaign_recipient")],
         )
         assert producer.flush(10) == 0
         wait_for("the dead letter", lambda: read_letters(s), timeout=30)
         code, out = cli(s, monkeypatch, capsys, "dlq", "show", "0", "--json")
         shown = last_json(out)
         assert code == 0 and shown["reason"] == "unknown_campaign"
+        assert shown["headers"]["traceparent"] == TRACE.decode()  # the record's own, kept
         assert shown["decoded"]["campaign_id"] == ghost
         assert total(scrape(port), "flashsend_dead_letters_total", "unknown_campaign") == 1
 
@@ -137,8 +139,31 @@ def test_metrics_move_during_a_campaign_and_dlq_replay_after_the_fix(
         assert [r["reason"] for r in rows] == ["campaign imported", "twice on purpose"]
         assert rows[0]["dead_reason"] == "unknown_campaign"
         assert rows[0]["target_topic"] == s.topic_recipients
+        # The replayed copy carries the record's own headers again, not the dead letter's.
+        copy = _record_at(s, rows[0]["target_partition"], rows[0]["new_offset"])
+        assert copy == [
+            ("traceparent", TRACE),
+            ("flashsend.schema", b"campaign_recipient"),
+            ("flashsend.replayed_from", f"{s.topic_dlq}@0:0".encode()),
+        ]
     finally:
         pool.stop()
+
+
+TRACE = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def _record_at(s: Settings, partition: int, offset: int) -> list[tuple[str, bytes | None]]:
+    consumer = Consumer(
+        {"bootstrap.servers": s.kafka_bootstrap, "group.id": "t-read", "enable.auto.commit": False}
+    )
+    try:
+        consumer.assign([TopicPartition(s.topic_recipients, partition, offset)])
+        msg = consumer.poll(10)
+        assert msg is not None and msg.error() is None and msg.offset() == offset
+        return list(msg.headers() or [])
+    finally:
+        consumer.close()
 
 
 def _up(port: int) -> bool:
