@@ -47,6 +47,7 @@ class Reconciler:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._expired_at: dict[int, float] = {}
+        self._watermarks: Consumer | None = None
         self._codec = AvroCodec(registry_client(settings.schema_registry_url), "campaign_recipient")
         self._producer = Producer(
             {
@@ -58,28 +59,33 @@ class Reconciler:
             }
         )
 
+    def _offsets_client(self) -> Consumer:
+        """One client for the watermark queries, kept for the reconciler's life: the workers'
+        reconciler asks on every tick while a campaign has pending rows, and a new client per
+        tick meant a new connection, metadata and teardown each time. It never subscribes
+        (no group membership); librdkafka reconnects it after a broker restart."""
+        if self._watermarks is None:
+            s = self.settings
+            self._watermarks = Consumer(
+                {
+                    "bootstrap.servers": s.kafka_bootstrap,
+                    "group.id": f"{s.group_sender}-reconcile",
+                    "enable.auto.commit": False,
+                }
+            )
+        return self._watermarks
+
     def log_end_offsets(self) -> dict[int, int]:
         s = self.settings
-        consumer = Consumer(
-            {
-                "bootstrap.servers": s.kafka_bootstrap,
-                "group.id": f"{s.group_sender}-reconcile",
-                "enable.auto.commit": False,
-            }
-        )
-        try:
-            md = consumer.list_topics(s.topic_recipients, timeout=10)
-            topic = md.topics.get(s.topic_recipients)
-            if topic is None or topic.error is not None:
-                return {}
-            return {
-                p: consumer.get_watermark_offsets(
-                    TopicPartition(s.topic_recipients, p), timeout=10
-                )[1]
-                for p in topic.partitions
-            }
-        finally:
-            consumer.close()
+        consumer = self._offsets_client()
+        md = consumer.list_topics(s.topic_recipients, timeout=10)
+        topic = md.topics.get(s.topic_recipients)
+        if topic is None or topic.error is not None:
+            return {}
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(s.topic_recipients, p), timeout=10)[1]
+            for p in topic.partitions
+        }
 
     def consumed_everything(self, conn: psycopg.Connection[Any]) -> bool:
         """True when the stored offsets have reached the log end of every partition."""
