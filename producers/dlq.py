@@ -59,6 +59,21 @@ class DeadLetter:
     detail: str = ""
     original_headers: tuple[Header, ...] = ()
 
+    @classmethod
+    def of(cls, rec: Any, reason: str, detail: str = "") -> DeadLetter:
+        """The dead letter of a consumed Faust record (topic, partition, offset, key, value and
+        headers as attributes)."""
+        return cls(
+            rec.topic,
+            rec.partition,
+            rec.offset,
+            rec.key,
+            rec.value,
+            reason,
+            detail,
+            record_headers(getattr(rec, "headers", None)),
+        )
+
     def headers(self) -> list[tuple[str, str | bytes | None]]:
         own = [(k, v) for k, v in self.original_headers if k not in DLQ_HEADERS]
         return [

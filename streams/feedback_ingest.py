@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from flashsend import metrics
-from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer, record_headers
+from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
 from schemas.serde import AvroCodec, SerdeError
 from sinks.feedback_store import ApplyOutcome, FeedbackStore
 from sinks.recipient_store import PartitionSpan, StoreUnavailable
@@ -81,16 +81,7 @@ class FeedbackIngest:
             reason, detail = exc.reason, str(exc)
         except (KeyError, TypeError, ValueError) as exc:
             reason, detail = "bad_record", f"{type(exc).__name__}: {exc}"
-        return DeadLetter(
-            rec.topic,
-            rec.partition,
-            rec.offset,
-            rec.key,
-            rec.value,
-            reason,
-            detail,
-            record_headers(getattr(rec, "headers", None)),
-        )
+        return DeadLetter.of(rec, reason, detail)
 
     async def handle(self, records: Sequence[Record]) -> ApplyOutcome | None:
         """Process one consumed batch; returns only once its effects are committed."""

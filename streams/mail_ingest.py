@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from flashsend import metrics
-from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer, record_headers
+from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
 from schemas.serde import AvroCodec, SerdeError
 from sinks.mail_store import IngestOutcome, MailStore
 from sinks.recipient_store import PartitionSpan, StoreUnavailable
@@ -84,16 +84,7 @@ class MailIngest:
         try:
             event = self.codec.decode(rec.value)
         except SerdeError as exc:
-            return DeadLetter(
-                rec.topic,
-                rec.partition,
-                rec.offset,
-                rec.key,
-                rec.value,
-                exc.reason,
-                str(exc),
-                record_headers(getattr(rec, "headers", None)),
-            )
+            return DeadLetter.of(rec, exc.reason, str(exc))
         parsed = parse_order_event(
             event,
             now_ms=now_ms,
@@ -101,16 +92,7 @@ class MailIngest:
             at_most_once_templates=self.at_most_once,
         )
         if isinstance(parsed, Poison):
-            return DeadLetter(
-                rec.topic,
-                rec.partition,
-                rec.offset,
-                rec.key,
-                rec.value,
-                parsed.reason,
-                parsed.detail,
-                record_headers(getattr(rec, "headers", None)),
-            )
+            return DeadLetter.of(rec, parsed.reason, parsed.detail)
         return parsed
 
     async def handle(self, records: Sequence[Record]) -> IngestOutcome | None:

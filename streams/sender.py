@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from flashsend import metrics
-from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer, record_headers
+from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
 from schemas.doorbell import DOORBELL_BATCH_RECORDS, DOORBELL_BLOCK, doorbell_seqs
 from schemas.serde import AvroCodec, SerdeError
 from sinks.campaign_store import SETTLED
@@ -105,17 +105,7 @@ class Queued:
         return len(self.seqs) or 1
 
     def dead_letter(self, reason: str, detail: str) -> DeadLetter:
-        r = self.rec
-        return DeadLetter(
-            r.topic,
-            r.partition,
-            r.offset,
-            r.key,
-            r.value,
-            reason,
-            detail,
-            record_headers(getattr(r, "headers", None)),
-        )
+        return DeadLetter.of(self.rec, reason, detail)
 
 
 @dataclass(frozen=True)

@@ -32,3 +32,23 @@ def test_a_replay_sends_the_records_headers_back_and_one_replay_mark() -> None:
         *OWN,
         (REPLAY_HEADER, b"flashsend.dlq@0:9"),
     ]
+
+
+def test_the_dead_letter_of_a_consumed_record_keeps_where_it_came_from() -> None:
+    from types import SimpleNamespace
+
+    rec = SimpleNamespace(
+        topic="orders", partition=4, offset=99, key=b"k", value=b"v", headers=list(OWN)
+    )
+    letter = DeadLetter.of(rec, "bad_record", "why")
+    assert (letter.topic, letter.partition, letter.offset) == ("orders", 4, 99)
+    assert (letter.key, letter.value, letter.reason, letter.detail) == (
+        b"k",
+        b"v",
+        "bad_record",
+        "why",
+    )
+    assert letter.original_headers == OWN
+    assert (
+        DeadLetter.of(SimpleNamespace(**{**vars(rec), "headers": None}), "r").original_headers == ()
+    )
