@@ -19,18 +19,17 @@ from flashsend.errors import FlashsendError
 
 Header = tuple[str, bytes | None]
 
-# The headers a dead letter adds; a replay strips exactly these (flashsend.schema is the
-# record's own and must go back with it).
-DLQ_HEADERS = frozenset(
-    {
-        "flashsend.reason",
-        "flashsend.detail",
-        "flashsend.topic",
-        "flashsend.partition",
-        "flashsend.offset",
-        "flashsend.failed_at_ms",
-    }
+# The headers a dead letter adds, in order (DeadLetter.headers writes them from this tuple); a
+# replay strips exactly these (flashsend.schema is the record's own and must go back with it).
+_ADDED = (
+    "flashsend.reason",
+    "flashsend.detail",
+    "flashsend.topic",
+    "flashsend.partition",
+    "flashsend.offset",
+    "flashsend.failed_at_ms",
 )
+DLQ_HEADERS = frozenset(_ADDED)
 
 
 def record_headers(headers: Any) -> tuple[Header, ...]:
@@ -76,15 +75,15 @@ class DeadLetter:
 
     def headers(self) -> list[tuple[str, str | bytes | None]]:
         own = [(k, v) for k, v in self.original_headers if k not in DLQ_HEADERS]
-        return [
-            *own,
-            ("flashsend.reason", self.reason.encode()),
-            ("flashsend.detail", self.detail[:1000].encode()),
-            ("flashsend.topic", self.topic.encode()),
-            ("flashsend.partition", str(self.partition).encode()),
-            ("flashsend.offset", str(self.offset).encode()),
-            ("flashsend.failed_at_ms", str(int(time.time() * 1000)).encode()),
-        ]
+        added = (
+            self.reason,
+            self.detail[:1000],
+            self.topic,
+            str(self.partition),
+            str(self.offset),
+            str(int(time.time() * 1000)),
+        )
+        return [*own, *((k, v.encode()) for k, v in zip(_ADDED, added, strict=True))]
 
 
 class DeadLetterProducer:

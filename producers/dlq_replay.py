@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import psycopg
@@ -37,8 +38,15 @@ class Letter:
     dlq_offset: int
     key: bytes | None
     value: bytes | None
-    headers: dict[str, str]
     raw_headers: tuple[Header, ...] = ()  # as read, bytes and order kept
+
+    @cached_property
+    def headers(self) -> dict[str, str]:
+        """The headers as text, for reading and showing (the last of a repeated name wins)."""
+        return {
+            k: v.decode(errors="replace") if isinstance(v, bytes) else str(v or "")
+            for k, v in self.raw_headers
+        }
 
     @property
     def ref(self) -> str:
@@ -126,14 +134,9 @@ def read_letters(s: Settings, *, timeout: float = 5.0) -> list[Letter]:
                     if err.code() == KafkaError._PARTITION_EOF:
                         ends.pop(msg.partition(), None)
                     continue
-                raw: list[tuple[str, Any]] = list(msg.headers() or [])  # type: ignore[arg-type]
-                headers = {
-                    str(k): v.decode(errors="replace") if isinstance(v, bytes) else str(v or "")
-                    for k, v in raw
-                }
                 partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
                 letters.append(
-                    Letter(partition, offset, msg.key(), msg.value(), headers, record_headers(raw))
+                    Letter(partition, offset, msg.key(), msg.value(), record_headers(msg.headers()))
                 )
                 if offset >= ends.get(partition, 0) - 1:
                     ends.pop(partition, None)

@@ -27,7 +27,7 @@ def test_a_replay_sends_the_records_headers_back_and_one_replay_mark() -> None:
     # As read back from the DLQ, after an earlier replay had dead-lettered it again:
     raw = tuple((k, v if v is None or isinstance(v, bytes) else v.encode()) for k, v in written)
     raw += ((REPLAY_HEADER, b"flashsend.dlq@0:3"),)
-    letter = Letter(0, 9, b"k", b"v", {}, raw)
+    letter = Letter(0, 9, b"k", b"v", raw)
     assert replay_headers(letter, "flashsend.dlq") == [
         *OWN,
         (REPLAY_HEADER, b"flashsend.dlq@0:9"),
