@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import boto3
@@ -26,9 +26,20 @@ from botocore.exceptions import (
 
 from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
+from sinks.ses_body import MAX_REPLACEMENT_HEADERS, BulkEntry, EncodedEntries
+
+__all__ = [
+    "MAX_BULK_ENTRIES",
+    "MAX_REPLACEMENT_HEADERS",
+    "BulkEntry",
+    "EntryStatus",
+    "SesCallFailed",
+    "SesSender",
+    "check_tag",
+    "make_client",
+]
 
 MAX_BULK_ENTRIES = 50
-MAX_REPLACEMENT_HEADERS = 15
 _TAG = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 
 
@@ -42,14 +53,6 @@ class SesCallFailed(FlashsendError):
         self.code = code
         self.http_status = http_status
         self.timed_out = timed_out
-
-
-@dataclass(frozen=True)
-class BulkEntry:
-    to: str
-    replacement_data: Mapping[str, Any] = field(default_factory=dict)
-    headers: Mapping[str, str] = field(default_factory=dict)
-    tags: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -86,9 +89,6 @@ def make_client(
         ),
         config=config,
     )
-    events = client.meta.events
-    events.register("before-parameter-build.sesv2.SendBulkEmail", _prebuild_bulk_body)
-    events.register("before-call.sesv2.SendBulkEmail", _restore_bulk_body)
     return client
 
 
@@ -97,18 +97,26 @@ def make_client(
 # For this operation the walk is an identity copy (only strings, lists and structures, no
 # renamed or header-bound members, attachments aside: tests/unit/test_ses_body.py checks the
 # model and compares the bytes with botocore's), and the body is `json.dumps` of the
-# parameters, exactly as botocore writes it. So the body is written here, the entries are
-# taken out of the walk, and the body is put back before the request is signed. Both events
-# are botocore's public extension points.
+# parameters, exactly as botocore writes it. So send_bulk writes the entries as JSON text
+# (sinks.ses_body), the hook below writes the rest of the body around them and takes the
+# entries out of the walk, and the body is put back before the request is signed. Both
+# events are botocore's public extension points. Entries given as dicts (a direct
+# `send_bulk_email` call) are left to botocore.
 _PREBUILT_BODY = "flashsend_prebuilt_body"
+_HOOKS = (
+    ("before-parameter-build.sesv2.SendBulkEmail", "flashsend-prebuild-bulk-body"),
+    ("before-call.sesv2.SendBulkEmail", "flashsend-restore-bulk-body"),
+)
 
 
 def _prebuild_bulk_body(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
-    template = params.get("DefaultContent", {}).get("Template", {})
-    if not params.get("BulkEmailEntries") or "Attachments" in template:
-        return  # attachments' raw content is base64-encoded by the walk: leave it to botocore
-    context[_PREBUILT_BODY] = json.dumps(params).encode("utf-8")
+    entries = params.get("BulkEmailEntries")
+    if not isinstance(entries, EncodedEntries):
+        return
+    del params["BulkEmailEntries"]  # re-added last: the dump below ends with its empty list
     params["BulkEmailEntries"] = []
+    head = json.dumps(params)
+    context[_PREBUILT_BODY] = (head[:-2] + entries.text + "]}").encode("utf-8")
 
 
 def _restore_bulk_body(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
@@ -138,6 +146,11 @@ class SesSender:
 
     def __init__(self, client: Any) -> None:
         self._client = client
+        events = client.meta.events
+        for (event, unique_id), handler in zip(
+            _HOOKS, (_prebuild_bulk_body, _restore_bulk_body), strict=True
+        ):
+            events.register(event, handler, unique_id=unique_id)  # once per client
 
     def send_bulk(
         self,
@@ -161,12 +174,12 @@ class SesSender:
                     "TemplateData": json.dumps(dict(default_data or {})),
                 }
             },
-            "BulkEmailEntries": [_entry(e) for e in entries],
         }
         if configuration_set:
             request["ConfigurationSetName"] = configuration_set
         if default_tags:
             request["DefaultEmailTags"] = [{"Name": k, "Value": v} for k, v in default_tags.items()]
+        request["BulkEmailEntries"] = EncodedEntries.of(entries)
         try:
             response = self._client.send_bulk_email(**request)
         except Exception as exc:
@@ -238,21 +251,3 @@ class SesSender:
             raise
         except Exception as exc:
             raise _translate(exc) from exc
-
-
-def _entry(e: BulkEntry) -> dict[str, Any]:
-    if len(e.headers) > MAX_REPLACEMENT_HEADERS:
-        raise ValueError(f"at most {MAX_REPLACEMENT_HEADERS} replacement headers per entry")
-    entry: dict[str, Any] = {
-        "Destination": {"ToAddresses": [e.to]},
-        "ReplacementEmailContent": {
-            "ReplacementTemplate": {
-                "ReplacementTemplateData": json.dumps(dict(e.replacement_data)),
-            }
-        },
-    }
-    if e.headers:
-        entry["ReplacementHeaders"] = [{"Name": k, "Value": v} for k, v in e.headers.items()]
-    if e.tags:
-        entry["ReplacementTags"] = [{"Name": k, "Value": v} for k, v in e.tags.items()]
-    return entry

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import boto3
@@ -44,49 +45,126 @@ def plain_client(s: Settings) -> Any:
     )
 
 
-def sent_body(client: Any) -> tuple[bytes, dict[str, str]]:
+ENTRIES = [
+    BulkEntry(
+        to=f"user{i}@example.com",
+        replacement_data={
+            "first_name": 'Zoë "quoted" \\ <b>',
+            "n": i,
+            "vip": i % 2 == 0,
+            "score": i / 3,
+            "nothing": None,
+            "list": [1, "ü"],
+        },
+        headers={
+            "List-Unsubscribe": f"<https://u.example/{i}>",
+            "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
+        },
+        tags={"campaign": "42", "seq": str(i)},
+    )
+    for i in range(48)
+] + [BulkEntry("bare@example.com"), BulkEntry("no-tags@example.com", {1: "int key"})]
+SEND = {
+    "from_address": "Shop <news@shop.example>",
+    "template": "flash-sale",
+    "configuration_set": "marketing",
+    "default_tags": {"kind": "marketing"},
+    "default_data": {"sale": "½ price"},
+}
+
+
+def api_entry(e: BulkEntry) -> dict[str, Any]:
+    """The BulkEmailEntry of the SES API reference, as plain dicts, for botocore to walk."""
+    entry: dict[str, Any] = {
+        "Destination": {"ToAddresses": [e.to]},
+        "ReplacementEmailContent": {
+            "ReplacementTemplate": {"ReplacementTemplateData": json.dumps(dict(e.replacement_data))}
+        },
+    }
+    if e.headers:
+        entry["ReplacementHeaders"] = [{"Name": k, "Value": v} for k, v in e.headers.items()]
+    if e.tags:
+        entry["ReplacementTags"] = [{"Name": k, "Value": v} for k, v in e.tags.items()]
+    return entry
+
+
+def captured_request(call: Any) -> tuple[bytes, dict[str, str]]:
+    try:
+        call()
+    except SesCallFailed as failed:
+        caught: BaseException | None = failed.__cause__
+    except Captured as direct:
+        caught = direct
+    else:
+        raise AssertionError("the request was not captured")
+    assert isinstance(caught, Captured)
+    return caught.body, caught.headers
+
+
+def sent_body(client: Any, entries: list[BulkEntry] = ENTRIES) -> tuple[bytes, dict[str, str]]:
+    """What SesSender.send_bulk puts on the wire through `client`."""
+    sender = SesSender(client)
     client.meta.events.register("before-send.sesv2.SendBulkEmail", capture)
-    entries = [
-        BulkEntry(
-            to=f"user{i}@example.com",
-            replacement_data={"first_name": 'Zoë "quoted" \\ <b>', "n": i, "vip": i % 2 == 0},
-            headers={
-                "List-Unsubscribe": f"<https://u.example/{i}>",
-                "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
-            },
-            tags={"campaign": "42", "seq": str(i)},
-        )
-        for i in range(50)
-    ]
-    with pytest.raises(SesCallFailed) as caught:
-        SesSender(client).send_bulk(
-            from_address="Shop <news@shop.example>",
-            template="flash-sale",
-            entries=entries,
-            configuration_set="marketing",
-            default_tags={"kind": "marketing"},
-            default_data={"sale": "½ price"},
-        )
-    captured = caught.value.__cause__
-    assert isinstance(captured, Captured)
-    return captured.body, captured.headers
+    return captured_request(lambda: sender.send_bulk(entries=entries, **SEND))
+
+
+def botocore_body(entries: list[BulkEntry] = ENTRIES) -> tuple[bytes, dict[str, str]]:
+    """What botocore itself writes for the same request (a client without flashsend's hooks,
+    entries as the API's dicts, in send_bulk's key order)."""
+    client = plain_client(settings())
+    client.meta.events.register("before-send.sesv2.SendBulkEmail", capture)
+    request = {
+        "FromEmailAddress": SEND["from_address"],
+        "DefaultContent": {
+            "Template": {
+                "TemplateName": SEND["template"],
+                "TemplateData": json.dumps(SEND["default_data"]),
+            }
+        },
+        "ConfigurationSetName": SEND["configuration_set"],
+        "DefaultEmailTags": [{"Name": "kind", "Value": "marketing"}],
+        "BulkEmailEntries": [api_entry(e) for e in entries],
+    }
+    return captured_request(lambda: client.send_bulk_email(**request))
 
 
 def test_the_prebuilt_body_is_byte_for_byte_what_botocore_writes() -> None:
-    s = settings()
-    client = make_client(s)
+    client = make_client(settings())
     walked: list[int] = []  # entries left for botocore's walk (registered after our hook)
+    SesSender(client)
     client.meta.events.register(
         "before-parameter-build.sesv2.SendBulkEmail",
         lambda params, **_: walked.append(len(params["BulkEmailEntries"])),
     )
     ours, our_headers = sent_body(client)
     assert walked == [0]
-    theirs, their_headers = sent_body(plain_client(s))
+    theirs, their_headers = botocore_body()
     assert ours == theirs
-    assert b'"BulkEmailEntries": []' not in ours
+    assert json.loads(ours)["BulkEmailEntries"][0]["Destination"] == {
+        "ToAddresses": ["user0@example.com"]
+    }
     assert our_headers["Content-Type"] == their_headers["Content-Type"]
     assert our_headers["Content-Length"] == their_headers["Content-Length"] == str(len(ours))
+
+
+def test_one_entry_and_odd_template_data_are_written_as_json_would() -> None:
+    for entries in ([BulkEntry("solo@example.com")], ENTRIES[48:], ENTRIES[:1]):
+        assert sent_body(make_client(settings()), entries)[0] == botocore_body(entries)[0]
+
+
+def test_a_second_sender_on_the_same_client_writes_the_same_body() -> None:
+    client = make_client(settings())
+    SesSender(client)
+    first, _ = sent_body(client)
+    assert first == botocore_body()[0]
+
+
+def test_a_bad_header_fails_before_anything_is_sent() -> None:
+    client = make_client(settings())
+    with pytest.raises(TypeError):
+        sent_body(client, [BulkEntry("a@example.com", headers={"X-Count": 3})])  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="at most 15"):
+        sent_body(client, [BulkEntry("a@example.com", headers={f"X-{i}": "v" for i in range(16)})])
 
 
 def test_the_body_is_put_back_only_for_the_call_that_built_it() -> None:
