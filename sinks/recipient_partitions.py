@@ -40,10 +40,24 @@ def create_detached(conn: psycopg.Connection, campaign_id: int) -> sql.Identifie
     return table
 
 
+# The counter trigger (migration 0010) for statements that name the partition itself (the
+# workers' claim and record_results, migration 0013); the parent's fires only for statements
+# that name the parent.
+DIRECT_TRIGGER = "campaign_counts_update_direct"
+
+
 def attach(conn: psycopg.Connection, campaign_id: int) -> None:
-    """Make the table the campaign's partition; builds its primary key and unique index.
-    Locks the parent in SHARE UPDATE EXCLUSIVE mode only: workers' reads and updates of
-    other campaigns go on; another snapshot's attach waits for this transaction."""
+    """Make the table the campaign's partition; builds its primary key and unique index, and
+    gives it the counter trigger for updates that name it. Locks the parent in SHARE UPDATE
+    EXCLUSIVE mode only: workers' reads and updates of other campaigns go on; another
+    snapshot's attach waits for this transaction."""
+    conn.execute(
+        sql.SQL(
+            "CREATE TRIGGER {trigger} AFTER UPDATE ON {table} "
+            "REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows "
+            "FOR EACH STATEMENT EXECUTE FUNCTION campaign_counts_on_update()"
+        ).format(trigger=sql.Identifier(DIRECT_TRIGGER), table=partition_of(campaign_id))
+    )
     conn.execute(
         sql.SQL(
             "ALTER TABLE campaign_recipients ATTACH PARTITION {table} FOR VALUES IN ({cid})"

@@ -3,14 +3,21 @@
 Claim + offset advance happen in ONE transaction (`claim_batch`): either both the claimed rows
 and the new offsets are committed, or neither. psycopg errors are translated here into
 `StoreUnavailable` (retry later) so stream code never sees a driver exception.
+
+The claim and the results name the campaign's own partition when it has one with the counter
+trigger (`own_partition`, migration 0013): PostgreSQL then reuses one generic plan instead of
+planning every execution on the parent. Other campaigns (legacy partition, retired, an older
+database) go through the parent with the same checks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -18,6 +25,7 @@ from sinks import offsets
 from sinks.offsets import PartitionSpan, StoreUnavailable
 from sinks.pg_arrays import int_array, text_array
 from sinks.queries import query
+from sinks.recipient_partitions import DIRECT_TRIGGER, partition_name, partition_of
 
 __all__ = ["PartitionSpan", "RecipientStore", "StoreUnavailable"]
 
@@ -57,12 +65,50 @@ class LiveCampaign:
     name: str
 
 
+@dataclass(frozen=True)
+class PartitionSql:
+    """The claim and the results statements naming one campaign's partition."""
+
+    claim: str
+    record: str
+
+
 class RecipientStore:
     def __init__(self, pool: AsyncConnectionPool, *, group_id: str, topic: str) -> None:
         self._pool = pool
         self.dsn = str(pool.conninfo)
         self.group_id = group_id
         self.topic = topic
+        # Per campaign: its partition's statements, or None (use the parent). A partition
+        # only disappears once its campaign is settled (retire); a statement that then finds
+        # no table forgets this and fails as StoreUnavailable, and the retry asks again.
+        self._partitions: dict[int, PartitionSql | None] = {}
+
+    async def _partition_sql(
+        self, conn: psycopg.AsyncConnection[Any], cid: int
+    ) -> PartitionSql | None:
+        if cid in self._partitions:
+            return self._partitions[cid]
+        cur = await conn.execute(
+            query("own_partition"), {"name": partition_name(cid), "trigger": DIRECT_TRIGGER}
+        )
+        row = await cur.fetchone()
+        found = None
+        if row is not None and row[0]:
+            table = partition_of(cid)
+            found = PartitionSql(
+                claim=sql.SQL(query("claim_in_partition")).format(partition=table).as_string(conn),
+                record=sql.SQL(query("record_results_in_partition"))
+                .format(partition=table)
+                .as_string(conn),
+            )
+        self._partitions[cid] = found
+        return found
+
+    def _unavailable(self, exc: psycopg.Error) -> StoreUnavailable:
+        if isinstance(exc, psycopg.errors.UndefinedTable):
+            self._partitions.clear()  # a partition was retired since we looked
+        return StoreUnavailable(str(exc))
 
     async def ensure_and_load_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
         return await offsets.ensure_and_load(self._pool, self.group_id, self.topic, partitions)
@@ -73,20 +119,14 @@ class RecipientStore:
         try:
             async with self._pool.connection() as conn, conn.transaction():
                 advanced, fenced = await offsets.advance(conn, self.group_id, self.topic, spans)
-                keys = [k for p in advanced for k in keys_by_partition.get(p, [])]
-                if not keys:
-                    return ClaimOutcome([], 0, fenced)
-                cur = await conn.execute(
-                    query("claim_batch"),
-                    {
-                        "campaign_ids": int_array(k[0] for k in keys),
-                        "campaigns": int_array({k[0] for k in keys}),
-                        "seqs": int_array(k[1] for k in keys),
-                    },
-                )
+                seqs_by_campaign: dict[int, list[int]] = {}
+                for p in advanced:
+                    for cid, seq in keys_by_partition.get(p, []):
+                        seqs_by_campaign.setdefault(cid, []).append(seq)
+                rows = await self._claim(conn, seqs_by_campaign)
                 claimed: list[ClaimedRecipient] = []
                 skipped = 0
-                for cid, seq, user_id, email, first_name, status in await cur.fetchall():
+                for cid, seq, user_id, email, first_name, status in rows:
                     if status == "sending":
                         claimed.append(ClaimedRecipient(cid, seq, user_id, email, first_name))
                     elif status == "skipped":
@@ -94,13 +134,41 @@ class RecipientStore:
                     # 'pending': a paused campaign's row, flagged for requeue on resume
                 return ClaimOutcome(claimed, skipped, fenced)
         except psycopg.Error as exc:
-            raise StoreUnavailable(str(exc)) from exc
+            raise self._unavailable(exc) from exc
+
+    async def _claim(
+        self, conn: psycopg.AsyncConnection[Any], seqs_by_campaign: dict[int, list[int]]
+    ) -> list[tuple[Any, ...]]:
+        """One claim statement per campaign with its own partition (in id order, so two
+        claimers lock rows in the same order), one on the parent for the rest."""
+        rows: list[tuple[Any, ...]] = []
+        via_parent: list[tuple[int, int]] = []
+        for cid in sorted(seqs_by_campaign):
+            seqs = seqs_by_campaign[cid]
+            own = await self._partition_sql(conn, cid)
+            if own is None:
+                via_parent.extend((cid, seq) for seq in seqs)
+                continue
+            cur = await conn.execute(own.claim, {"campaign_id": cid, "seqs": int_array(seqs)})
+            rows.extend(await cur.fetchall())
+        if via_parent:
+            cur = await conn.execute(
+                query("claim_batch"),
+                {
+                    "campaign_ids": int_array(k[0] for k in via_parent),
+                    "campaigns": int_array({k[0] for k in via_parent}),
+                    "seqs": int_array(k[1] for k in via_parent),
+                },
+            )
+            rows.extend(await cur.fetchall())
+        return rows
 
     async def record_results(self, campaign_id: int, results: Sequence[RowResult]) -> None:
         try:
             async with self._pool.connection() as conn:
+                own = await self._partition_sql(conn, campaign_id)
                 await conn.execute(
-                    query("record_results"),
+                    query("record_results") if own is None else own.record,
                     {
                         "campaign_id": campaign_id,
                         "seqs": int_array(r.seq for r in results),
@@ -110,7 +178,7 @@ class RecipientStore:
                     },
                 )
         except psycopg.Error as exc:
-            raise StoreUnavailable(str(exc)) from exc
+            raise self._unavailable(exc) from exc
 
     async def live_campaigns(self) -> list[LiveCampaign]:
         try:

@@ -76,6 +76,55 @@ UPDATE campaign_recipients r
    AND r.campaign_id = ANY(%(campaigns)s::bigint[])
 RETURNING r.campaign_id, r.seq, r.user_id, r.email, cand.first_name, r.status;
 
+-- name: own_partition
+-- Whether the campaign's rows are in a partition of its own that carries the counter trigger
+-- for updates naming it (migration 0013), so claim_in_partition and
+-- record_results_in_partition may name it. False for a retired campaign, one in the legacy
+-- partition, or a partition of a database that predates the trigger: those go through the
+-- parent. A detach in progress counts as gone.
+SELECT EXISTS (
+    SELECT 1
+      FROM pg_inherits i
+      JOIN pg_trigger t ON t.tgrelid = i.inhrelid AND t.tgname = %(trigger)s
+     WHERE i.inhrelid = to_regclass(%(name)s)
+       AND i.inhparent = 'campaign_recipients'::regclass
+       AND NOT i.inhdetachpending
+);
+
+-- name: claim_in_partition
+-- claim_batch for the keys of ONE campaign, addressed to the campaign's own partition (a
+-- {partition} of migration 0011 that carries the counter trigger, migration 0013). On the
+-- parent, every execution was planned again: a generic plan of a statement on the parent
+-- locks all ~150 partitions at each execution, so PostgreSQL kept custom plans, and planning
+-- took about a third of the claim's and record_results' server time (pg_stat_statements,
+-- docs/design.md §16). On the partition the generic plan is cheap and reused. Same checks,
+-- same race rule as claim_batch.
+WITH cand AS MATERIALIZED (
+    SELECT r.seq, u.first_name, c.status = 'paused' AS paused,
+           CASE WHEN u.id IS NULL THEN 'user_deleted'
+                WHEN NOT u.marketing_opt_in THEN 'opted_out'
+                WHEN u.status <> 'active' THEN 'inactive'
+                WHEN s.email IS NOT NULL THEN 'suppressed:' || s.reason
+           END AS skip_reason
+      FROM unnest(%(seqs)s::int[]) AS b(seq)
+      JOIN {partition} r ON r.campaign_id = %(campaign_id)s AND r.seq = b.seq
+      JOIN campaigns c ON c.id = %(campaign_id)s AND c.status IN ('sending', 'paused')
+      LEFT JOIN users u ON u.id = r.user_id
+      LEFT JOIN email_suppressions s ON s.email = lower(btrim(r.email))  -- normalised key
+     WHERE r.status = 'pending'
+)
+UPDATE {partition} r
+   SET status = CASE WHEN cand.paused THEN 'pending'
+                     WHEN cand.skip_reason IS NULL THEN 'sending' ELSE 'skipped' END,
+       reason = CASE WHEN cand.paused THEN r.reason ELSE cand.skip_reason END,
+       claimed_at = CASE WHEN cand.paused THEN r.claimed_at ELSE now() END,
+       requeue = cand.paused,
+       attempts = r.attempts
+                  + CASE WHEN NOT cand.paused AND cand.skip_reason IS NULL THEN 1 ELSE 0 END
+  FROM cand
+ WHERE r.campaign_id = %(campaign_id)s AND r.seq = cand.seq AND r.status = 'pending'
+RETURNING r.campaign_id, r.seq, r.user_id, r.email, cand.first_name, r.status;
+
 -- name: advance_offsets
 -- Monotonic fence: advance only if nobody processed past this batch's first offset (a zombie
 -- after a rebalance, or a redelivery, updates nothing and its transaction is rolled back).
@@ -102,6 +151,16 @@ SELECT partition, next_offset FROM kafka_offsets
 -- Outcome of one SES call, one statement. Only rows still 'sending' change: reconcile may have
 -- declared them unknown meanwhile, and a late answer must not rewrite that.
 UPDATE campaign_recipients r
+   SET status = o.status, reason = o.reason, message_id = o.message_id,
+       sent_at = CASE WHEN o.status = 'sent' THEN now() ELSE r.sent_at END,
+       requeue = (o.status = 'pending')
+  FROM unnest(%(seqs)s::int[], %(statuses)s::text[], %(reasons)s::text[],
+              %(message_ids)s::text[]) AS o(seq, status, reason, message_id)
+ WHERE r.campaign_id = %(campaign_id)s AND r.seq = o.seq AND r.status = 'sending';
+
+-- name: record_results_in_partition
+-- record_results addressed to the campaign's own partition (see claim_in_partition).
+UPDATE {partition} r
    SET status = o.status, reason = o.reason, message_id = o.message_id,
        sent_at = CASE WHEN o.status = 'sent' THEN now() ELSE r.sent_at END,
        requeue = (o.status = 'pending')
