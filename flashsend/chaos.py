@@ -111,7 +111,8 @@ def run_chaos(base: Settings, options: ChaosOptions, log: Any = print) -> dict[s
         pool.stop()
         ses.set_faults(p_hang=faults_before["p_hang"])
     # Last word: expire leases of rows held by killed workers, finish the campaign.
-    Reconciler(settings).reconcile(campaign_id, lease_s=0.0)
+    with Reconciler(settings) as reconciler:
+        reconciler.reconcile(campaign_id, lease_s=0.0)
     final = _progress(settings, campaign_id)
     stats = standin_stats(settings, campaign_id)
     hung = int(stats.get("hung_recipients", 0)) - hung_before

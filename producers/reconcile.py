@@ -75,6 +75,18 @@ class Reconciler:
             )
         return self._watermarks
 
+    def close(self) -> None:
+        """Close the kept watermark client; the reconciler opens a new one if used again."""
+        if self._watermarks is not None:
+            self._watermarks.close()
+            self._watermarks = None
+
+    def __enter__(self) -> Reconciler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def log_end_offsets(self) -> dict[int, int]:
         s = self.settings
         consumer = self._offsets_client()
@@ -215,5 +227,6 @@ def requeue_after_resume(settings: Settings, campaign_id: int) -> int:
     was paused (consumed and flagged `requeue` by a claim, or released from a lane), and for
     any lost otherwise. Rows whose doorbell is still in Kafka simply get it consumed. Returns
     how many doorbells were produced."""
-    result = Reconciler(settings).reconcile(campaign_id, wait=True)
+    with Reconciler(settings) as reconciler:
+        result = reconciler.reconcile(campaign_id, wait=True)
     return result.requeued + result.orphans

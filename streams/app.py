@@ -176,5 +176,7 @@ def create_app(settings: Settings) -> FlashsendApp:
     @app.on_before_shutdown.connect  # type: ignore[arg-type]
     async def _stop_runtime(app: faust.App, **kwargs: Any) -> None:
         await runtime.stop()
+        for kept in reconciler:
+            await asyncio.to_thread(kept.close)
 
     return app

@@ -80,7 +80,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_reconcile(args: argparse.Namespace) -> int:
     from producers.reconcile import Reconciler
 
-    result = Reconciler(load_settings()).reconcile(args.id, lease_s=args.lease)
+    with Reconciler(load_settings()) as reconciler:
+        result = reconciler.reconcile(args.id, lease_s=args.lease)
     if args.json:
         print(json.dumps(result.as_dict()))
     else:
