@@ -301,30 +301,51 @@ def limiter_ratio(
     return {**result, "ratio": round((result["max_1s_window"] or 0) / rate, 3)}
 
 
-def plot(result: dict[str, Any], rate_series: list[tuple[float, int]], path: Path) -> None:
+Series = list[tuple[float, int]]  # (bucket start, recipients accepted in that second)
+
+
+def plot(
+    result: dict[str, Any], rate_series: Series, limiter_series: dict[int, Series], path: Path
+) -> None:
+    """Three panels: the unlimited campaign's rate, each limiter run against its limit, and
+    the per-stage timings."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    if rate_series:
-        t0 = rate_series[0][0]
-        ax1.plot([t - t0 for t, _ in rate_series], [n for _, n in rate_series], label="sent/s")
-    ax1.set_xlabel("seconds since first send")
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 4.5))
+    _rate_line(ax1, rate_series, "sent/s")
     ax1.set_ylabel("recipients per second (at the SES stand-in)")
-    ax1.set_title(f"1M campaign, rate unlimited, {result['workers']} workers")
-    for limit, key in ((600, "limiter_600"), (3000, "limiter_3000")):
-        if key in result:
-            ax1.axhline(limit, linestyle="--", linewidth=0.8, color="grey")
+    ax1.set_title(
+        f"{result.get('recipients', 0):,} recipients, rate unlimited, {result['workers']} workers"
+    )
     ax1.legend()
+    for limit, series in sorted(limiter_series.items()):
+        line = _rate_line(ax2, series, f"limit {limit:,}/s")
+        ratio = result.get(f"limiter_ratio_{limit}")
+        color = line.get_color() if line is not None else "grey"
+        ax2.axhline(limit, linestyle="--", linewidth=0.8, color=color, label=f"ratio {ratio}")
+    ax2.set_ylabel("recipients per second")
+    ax2.set_title("limiter: accepted per second against the limit")
+    ax2.legend()
     stages = ["snapshot_s", "produce_s", "send_s", "end_to_end_s"]
-    ax2.bar(stages, [float(result.get(s) or 0) for s in stages])
-    ax2.set_ylabel("seconds")
-    ax2.set_title("per-stage timings")
+    ax3.bar(stages, [float(result.get(s) or 0) for s in stages])
+    ax3.set_ylabel("seconds")
+    ax3.set_title("per-stage timings")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def _rate_line(ax: Any, series: Series, label: str) -> Any:
+    """Plot a per-second series from its first second; the line, or None if it is empty."""
+    if not series:
+        return None
+    t0 = series[0][0]
+    (line,) = ax.plot([t - t0 for t, _ in series], [n for _, n in series], label=label)
+    ax.set_xlabel("seconds since first send")
+    return line
 
 
 def run_bench(
@@ -395,9 +416,11 @@ def run_bench(
         result["send_s"] = round(main["sent"] / max(main["send_rate_per_s"], 1e-9), 1)
         result["status_query_ms"] = status_query_ms(settings, main["campaign_id"])
         rate_series = [(t, n) for t, n in ses.rate(str(main["campaign_id"]), 1000)]
+        limiter_series: dict[int, Series] = {}
         for rate in (600, 3000):
             log(f"bench: limiter at {rate}/s")
             lim = limiter_ratio(settings, pool, rate, options.limiter_seconds)
+            limiter_series[rate] = ses.rate(str(lim["campaign_id"]), 1000)
             result[f"limiter_ratio_{rate}"] = lim["ratio"]
             result[f"limiter_{rate}"] = {
                 k: lim[k] for k in ("recipients", "max_1s_window", "send_rate_per_s", "duplicates")
@@ -425,7 +448,7 @@ def run_bench(
     stamp = time.strftime("%Y%m%dT%H%M%S")
     options.out_dir.mkdir(parents=True, exist_ok=True)
     (options.out_dir / f"{stamp}.json").write_text(json.dumps(result, indent=2))
-    plot(result, rate_series, options.out_dir / f"{stamp}.png")
+    plot(result, rate_series, limiter_series, options.out_dir / f"{stamp}.png")
     result["files"] = [
         str(options.out_dir / f"{stamp}.json"),
         str(options.out_dir / f"{stamp}.png"),
