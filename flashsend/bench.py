@@ -24,6 +24,7 @@ import psycopg
 
 from flashsend.commands.campaign import create_campaign
 from flashsend.demo import ensure_users, standin_stats
+from flashsend.partition_stalls import campaign_stall
 from flashsend.settings import Settings
 from flashsend.workers import WorkerPool
 from infra.ses_standin.admin import SesStandinAdmin
@@ -175,6 +176,7 @@ def run_campaign(
         },
         "duplicates": stats.get("duplicates"),
         "max_1s_window": stats.get("max_1s_window"),
+        "partition_stall": campaign_stall(settings.pg_dsn, cid, settings.partitions).as_dict(),
     }
 
 
@@ -409,6 +411,7 @@ def run_bench(
                     "end_to_end_s",
                     "cpu_us_per_recipient",
                     "cpu_us_per_recipient_by_component",
+                    "partition_stall",
                 )
             }
         )

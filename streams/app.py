@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import faust
+from faust.types import TP
 from psycopg_pool import AsyncConnectionPool
 
 from flashsend import deliverability, metrics_state
@@ -21,7 +22,7 @@ from sinks.recipient_store import RecipientStore
 from sinks.ses import SesSender, make_client
 from streams import faust_offsets
 from streams.campaign_state import CampaignCache
-from streams.sender import CampaignSender, SenderConfig
+from streams.sender import CampaignSender, PartitionFlow, SenderConfig
 
 log = logging.getLogger("flashsend.app")
 
@@ -30,6 +31,38 @@ TAKE_WITHIN_S = 0.05  # small: buffered events are unacked and would stall rebal
 # Bytes per partition per fetch (Faust's default 1 MB is ~150,000 recipients): about one
 # producer batch of DOORBELL_BATCH_RECORDS, so every fetch brings every partition a little.
 DOORBELL_FETCH_BYTES = 4_096
+# Doorbells Faust may buffer between the fetcher and the agent (its default is 4,096, ~100,000
+# recipients). Faust stops fetching a partition that puts a record into a buffer filled past
+# 80 %, and fetches it again only once the buffer has drained to 40 % (mode's
+# FlowControlQueue). With 4,096, and the agent waiting for one full partition, a partition
+# still being fetched refilled the buffer with its own doorbells while the other partitions of
+# that worker waited for 40 %, which at one lane's pace took 24 s: five of a worker's six
+# partitions sent nothing for 24 s in a 1M bench
+# (docs/design.md §16). The sender pauses its own full partitions (FaustPartitionFlow) and
+# never makes the stream wait for one, so this buffer only has to cover a fetch or two:
+# 6 partitions x ~24 doorbells of DOORBELL_FETCH_BYTES each.
+STREAM_BUFFER_DOORBELLS = 256
+
+
+class FaustPartitionFlow:
+    """The sender's PartitionFlow on the Faust consumer, through the calls Faust's own buffer
+    control makes (`on_buffer_full` / `on_buffer_drop`): the partition leaves the fetch, and
+    records already fetched for it are still delivered. `pause_partitions` is not usable here:
+    Faust drops fetched records of a partition paused while it iterates over them, and in a
+    400k bench every partition lost its last doorbells that way (re-produced by reconcile
+    ~2 s later)."""
+
+    def __init__(self, app: faust.App, topic: str) -> None:
+        self.app = app
+        self.topic = topic
+
+    def pause(self, partitions: set[int]) -> None:
+        for p in partitions:
+            self.app.consumer.on_buffer_full(TP(self.topic, p))
+
+    def resume(self, partitions: set[int]) -> None:
+        for p in partitions:
+            self.app.consumer.on_buffer_drop(TP(self.topic, p))
 
 
 class Runtime:
@@ -42,6 +75,7 @@ class Runtime:
         self.store: RecipientStore | None = None
         self.sender: CampaignSender | None = None
         self.campaigns: CampaignCache | None = None
+        self.flow: PartitionFlow | None = None  # set by create_app
 
     async def ensure_started(self) -> CampaignSender:
         async with self._lock:
@@ -65,6 +99,7 @@ class Runtime:
                 codec=AvroCodec(registry_client(s.schema_registry_url), "campaign_recipient"),
                 dlq=DeadLetterProducer(s.kafka_bootstrap, s.topic_dlq),
                 headers_for=deliverability.unsubscribe_headers(s),  # RFC 8058 one-click (issue 5)
+                flow=self.flow,
             )
             await asyncio.to_thread(metrics_state.start, s, "campaign")  # /metrics (issue 8)
             return self.sender
@@ -111,12 +146,13 @@ def create_app(settings: Settings) -> FlashsendApp:
             settings.app_id,
             settings.partitions,
             broker_commit_every=1000,
-            stream_buffer_maxsize=4096,
+            stream_buffer_maxsize=STREAM_BUFFER_DOORBELLS,
             producer_linger_ms=5,
             consumer_max_fetch_size=DOORBELL_FETCH_BYTES,
         ),
     )
     runtime = Runtime(settings)
+    runtime.flow = FaustPartitionFlow(app, settings.topic_recipients)
     app.runtime = runtime
     app.offset_source = runtime.offsets
     app.managed_topics = {settings.topic_recipients}

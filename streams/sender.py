@@ -65,8 +65,20 @@ LINGER_S = 0.25
 # batches. Two producer batches (schemas.doorbell.DOORBELL_BATCH_RECORDS doorbells of
 # DOORBELL_BLOCK): a fetch can bring one partition a whole batch at once, and with a bound
 # below that the agent stopped for it while the other partitions' lanes ran dry (at 600/s: 5 s
-# idle at the start of every campaign).
+# idle at the start of every campaign). Only without a PartitionFlow (see below).
 UNCLAIMED_PER_PARTITION = 2 * DOORBELL_BATCH_RECORDS * DOORBELL_BLOCK
+# With a PartitionFlow, a partition holding more than PAUSE_ABOVE unclaimed recipients stops
+# being fetched, and is fetched again once it holds RESUME_AT or fewer; the agent never waits
+# for one partition. Blocking the whole stream for one full partition starved the others:
+# behind it, Faust's buffer filled with that partition's doorbells, which drained at its one
+# lane's pace while the other lanes ran dry (five partitions of a worker silent for 24 s in a
+# 1M bench, docs/design.md §16). RESUME_AT is a second of an unlimited lane's sending
+# (~1,500/s): Faust's fetch loop sleeps a second when every partition is paused.
+PAUSE_ABOVE = 6 * DOORBELL_BATCH_RECORDS * DOORBELL_BLOCK
+RESUME_AT = PAUSE_ABOVE // 2
+# With a PartitionFlow the agent still waits if a partition holds this many (records fetched
+# before the pause keep arriving; this bounds what a misbehaving fetcher could pile up).
+UNCLAIMED_HARD_LIMIT = 4 * PAUSE_ABOVE
 # Recipients per claim transaction when most belong to finished campaigns. Their claim finds
 # nothing to send (only the offset advances), so they need no lane room: after a cancelled
 # 1M campaign, workers skipped its ~770k leftover doorbells 25 at a time for a minute before a
@@ -87,6 +99,13 @@ class Record(Protocol):
     def key(self) -> bytes | None: ...
     @property
     def value(self) -> bytes | None: ...
+
+
+class PartitionFlow(Protocol):
+    """Stops and restarts fetching of the sender's partitions (the Faust consumer's)."""
+
+    def pause(self, partitions: set[int]) -> None: ...
+    def resume(self, partitions: set[int]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,8 +370,11 @@ class CampaignSender:
         dlq: DeadLetterProducer,
         headers_for: HeadersFor = _no_headers,
         rng: random.Random | None = None,
+        flow: PartitionFlow | None = None,
     ) -> None:
         self.config = config
+        self.flow = flow
+        self._paused: set[int] = set()  # partitions this sender asked `flow` to pause
         self.store = store
         self.ses = ses
         self.campaigns = campaigns
@@ -414,10 +436,28 @@ class CampaignSender:
             feeder = self._feeders.get(p)
             if feeder is None or feeder.done():
                 self._feeders[p] = asyncio.create_task(self._feed(p), name=f"feeder-{p}")
-        while any(w > UNCLAIMED_PER_PARTITION for w in self._unclaimed_weight.values()):
+        self._sync_flow()
+        limit = UNCLAIMED_PER_PARTITION if self.flow is None else UNCLAIMED_HARD_LIMIT
+        while any(w > limit for w in self._unclaimed_weight.values()):
             self._taken.clear()
             await self._taken.wait()
             self._raise_if_failed()
+
+    def _sync_flow(self) -> None:
+        """Pause the partitions holding more than PAUSE_ABOVE unclaimed recipients, resume
+        paused ones down to RESUME_AT. Pauses are asked again every time: Faust's own buffer
+        control may have resumed a partition meanwhile."""
+        if self.flow is None:
+            return
+        weights = self._unclaimed_weight
+        over = {p for p, w in weights.items() if w > PAUSE_ABOVE}
+        drained = {p for p in self._paused if weights.get(p, 0) <= RESUME_AT}
+        if over:
+            self.flow.pause(over)
+            self._paused |= over
+        if drained:
+            self.flow.resume(drained)
+            self._paused -= drained
 
     def _decode(self, rec: Record) -> Queued:
         try:
@@ -456,6 +496,7 @@ class CampaignSender:
                 chunk = [queue.popleft() for _ in range(count)]
                 self._unclaimed_weight[partition] -= taken
                 self._taken.set()
+                self._sync_flow()
                 await self._claim_together(chunk)
         except asyncio.CancelledError:
             raise
@@ -484,6 +525,8 @@ class CampaignSender:
             queue.clear()
         self._unclaimed_weight[partition] = 0  # a feeder waiting for room may still read it
         self._last_queued.pop(partition, None)
+        # Not resumed: it is not ours any more (Faust forgets the pause of a revoked partition).
+        self._paused.discard(partition)
         self._taken.set()
 
     async def _claim_together(self, chunk: list[Queued]) -> None:
@@ -572,6 +615,13 @@ class CampaignSender:
         for partition in list(self._unclaimed):
             if partition not in owned:
                 self._forget_unclaimed(partition)
+        if self.flow is not None:
+            # The assignment may have dropped or kept our pauses: state them again.
+            if owned - self._paused:
+                self.flow.resume(owned - self._paused)
+            if self._paused:
+                self.flow.pause(set(self._paused))
+            self._sync_flow()
         for partition, lane in self.lanes.items():
             if partition not in owned and not lane.revoked:
                 await lane.revoke()

@@ -65,3 +65,5 @@ def test_bench_short_run_produces_every_figure(settings: Settings, tmp_path: Pat
     reference = result["machine_reference_ms"]
     assert 0 < reference["start"] < 10_000 and 0 < reference["end"] < 10_000
     assert all(Path(f).exists() for f in result["files"])
+    stall = result["partition_stall"]
+    assert 0 <= stall["max_s"] < 60 and stall["partition"] in range(settings.partitions)
