@@ -53,12 +53,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Needs the local stack (`flashsend up`): it stops and starts the broker and "
         "PostgreSQL itself. Prints one JSON object as the last line with --json.",
     )
-    p.add_argument("--users", type=int, default=200_000)
-    p.add_argument("--workers", type=int, default=3)
-    p.add_argument("--rate", type=float, default=0.0)
+    p.add_argument(
+        "--users", type=int, default=200_000, help="users to seed (default: %(default)s)"
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=3,
+        help="workers kept running; a killed one is replaced (default: %(default)s)",
+    )
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="campaign rate in recipients/s, 0 = unlimited (default: %(default)s)",
+    )
     p.add_argument("--kill-every", type=float, default=5.0, help="SIGKILL a worker every S s")
     p.add_argument("--restart-broker-at", type=float, default=None, help="seconds into the run")
-    p.add_argument("--restart-postgres-at", type=float, default=None)
+    p.add_argument("--restart-postgres-at", type=float, default=None, help="seconds into the run")
     p.add_argument(
         "--zombie-at",
         type=float,
@@ -71,9 +83,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=0.0,
         help="probability that the stand-in accepts a call and never answers",
     )
-    p.add_argument("--lease", type=float, default=20.0)
-    p.add_argument("--timeout", type=float, default=900.0)
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--lease",
+        type=float,
+        default=20.0,
+        help="seconds after which a killed worker's 'sending' rows become unknown "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=900.0,
+        help="give up if the campaign is not finished by then (default: %(default)s)",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object on the last line of stdout")
     p.set_defaults(func=cmd_chaos)
 
 
