@@ -176,7 +176,6 @@ def run_campaign(
         },
         "duplicates": stats.get("duplicates"),
         "max_1s_window": stats.get("max_1s_window"),
-        "partition_stall": campaign_stall(settings.pg_dsn, cid, settings.partitions).as_dict(),
     }
 
 
@@ -411,14 +410,15 @@ def run_bench(
                     "end_to_end_s",
                     "cpu_us_per_recipient",
                     "cpu_us_per_recipient_by_component",
-                    "partition_stall",
                 )
             }
         )
+        stall = campaign_stall(settings.pg_dsn, main["campaign_id"], settings.partitions)
+        result["partition_stall"] = stall.as_dict()
         result["produce_rate_per_s"] = round(main["recipients"] / max(main["produce_s"], 1e-9))
         result["send_s"] = round(main["sent"] / max(main["send_rate_per_s"], 1e-9), 1)
         result["status_query_ms"] = status_query_ms(settings, main["campaign_id"])
-        rate_series = [(t, n) for t, n in ses.rate(str(main["campaign_id"]), 1000)]
+        rate_series = ses.rate(str(main["campaign_id"]), 1000)
         limiter_series: dict[int, Series] = {}
         for rate in (600, 3000):
             log(f"bench: limiter at {rate}/s")

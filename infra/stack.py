@@ -19,6 +19,7 @@ from infra.migrate import apply_migrations
 from infra.postgres import PostgresServer
 from infra.process import ManagedProcess, port_open, require_free_port, wait_until
 from infra.registry import SchemaRegistry
+from infra.ses_standin.journal import JOURNAL_FILE
 from infra.webhook_service import WebhookService
 
 
@@ -76,8 +77,12 @@ class SesStandin:
         return f"http://127.0.0.1:{self.settings.ses_port}"
 
     @property
+    def state_dir(self) -> Path:
+        return self.settings.state_dir / "ses"
+
+    @property
     def journal(self) -> Path:
-        return self.settings.state_dir / "ses" / "messages.jsonl"
+        return self.state_dir / JOURNAL_FILE
 
     def journal_bytes(self) -> int:
         try:
@@ -107,7 +112,7 @@ class SesStandin:
                 "--port",
                 str(s.ses_port),
                 "--state-dir",
-                str(s.state_dir / "ses"),
+                str(self.state_dir),
                 "--max-send-rate",
                 str(s.ses_max_send_rate),
                 "--latency-ms",

@@ -33,10 +33,10 @@ def ensure_topics(bootstrap: str, topics: dict[str, int], *, timeout: float = 30
         except KafkaException as exc:
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise FlashsendError(f"could not create topic {name}: {exc}") from exc
-    wait_for_leaders(admin, [t.topic for t in missing], timeout=timeout)
+    wait_until_answering(admin, [t.topic for t in missing], timeout=timeout)
 
 
-def wait_for_leaders(admin: AdminClient, names: list[str], *, timeout: float = 30.0) -> None:
+def wait_until_answering(admin: AdminClient, names: list[str], *, timeout: float = 30.0) -> None:
     """Return once every partition of `names` answers an offsets query.
 
     CreateTopics returns when the controller has accepted the topic. The broker's metadata

@@ -73,6 +73,14 @@ class PartitionSql:
     record: str
 
 
+def _record_results(table: sql.Composable) -> str:
+    return sql.SQL(query("record_results")).format(partition=table).as_string(None)
+
+
+# record_results for a campaign without a partition of its own with the trigger.
+_RECORD_VIA_PARENT = _record_results(sql.SQL("campaign_recipients"))
+
+
 class RecipientStore:
     def __init__(self, pool: AsyncConnectionPool, *, group_id: str, topic: str) -> None:
         self._pool = pool
@@ -98,9 +106,7 @@ class RecipientStore:
             table = partition_of(cid)
             found = PartitionSql(
                 claim=sql.SQL(query("claim_in_partition")).format(partition=table).as_string(conn),
-                record=sql.SQL(query("record_results_in_partition"))
-                .format(partition=table)
-                .as_string(conn),
+                record=_record_results(table),
             )
         self._partitions[cid] = found
         return found
@@ -168,7 +174,7 @@ class RecipientStore:
             async with self._pool.connection() as conn:
                 own = await self._partition_sql(conn, campaign_id)
                 await conn.execute(
-                    query("record_results") if own is None else own.record,
+                    _RECORD_VIA_PARENT if own is None else own.record,
                     {
                         "campaign_id": campaign_id,
                         "seqs": int_array(r.seq for r in results),

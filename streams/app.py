@@ -68,14 +68,14 @@ class FaustPartitionFlow:
 class Runtime:
     """Resources created once per worker, lazily, inside the worker's event loop."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, flow: PartitionFlow | None = None) -> None:
         self.settings = settings
+        self.flow = flow  # the sender's fetch control (None: the agent waits instead)
         self._lock = asyncio.Lock()
         self.pool: AsyncConnectionPool | None = None
         self.store: RecipientStore | None = None
         self.sender: CampaignSender | None = None
         self.campaigns: CampaignCache | None = None
-        self.flow: PartitionFlow | None = None  # set by create_app
 
     async def ensure_started(self) -> CampaignSender:
         async with self._lock:
@@ -151,8 +151,7 @@ def create_app(settings: Settings) -> FlashsendApp:
             consumer_max_fetch_size=DOORBELL_FETCH_BYTES,
         ),
     )
-    runtime = Runtime(settings)
-    runtime.flow = FaustPartitionFlow(app, settings.topic_recipients)
+    runtime = Runtime(settings, FaustPartitionFlow(app, settings.topic_recipients))
     app.runtime = runtime
     app.offset_source = runtime.offsets
     app.managed_topics = {settings.topic_recipients}

@@ -445,19 +445,17 @@ class CampaignSender:
 
     def _sync_flow(self) -> None:
         """Pause the partitions holding more than PAUSE_ABOVE unclaimed recipients, resume
-        paused ones down to RESUME_AT. Pauses are asked again every time: Faust's own buffer
-        control may have resumed a partition meanwhile."""
+        paused ones down to RESUME_AT. The pauses held are asked again every time: Faust's own
+        buffer control, or a rebalance, may have resumed a partition meanwhile."""
         if self.flow is None:
             return
         weights = self._unclaimed_weight
-        over = {p for p, w in weights.items() if w > PAUSE_ABOVE}
         drained = {p for p in self._paused if weights.get(p, 0) <= RESUME_AT}
-        if over:
-            self.flow.pause(over)
-            self._paused |= over
+        self._paused = {p for p, w in weights.items() if w > PAUSE_ABOVE} | (self._paused - drained)
+        if self._paused:
+            self.flow.pause(self._paused)
         if drained:
             self.flow.resume(drained)
-            self._paused -= drained
 
     def _decode(self, rec: Record) -> Queued:
         try:
@@ -615,13 +613,7 @@ class CampaignSender:
         for partition in list(self._unclaimed):
             if partition not in owned:
                 self._forget_unclaimed(partition)
-        if self.flow is not None:
-            # The assignment may have dropped or kept our pauses: state them again.
-            if owned - self._paused:
-                self.flow.resume(owned - self._paused)
-            if self._paused:
-                self.flow.pause(set(self._paused))
-            self._sync_flow()
+        self._sync_flow()  # the assignment may have dropped our pauses
         for partition, lane in self.lanes.items():
             if partition not in owned and not lane.revoked:
                 await lane.revoke()

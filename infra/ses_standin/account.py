@@ -25,7 +25,7 @@ from infra.ses_standin.errors import (
 )
 from infra.ses_standin.faults import FaultConfig, FaultDice
 from infra.ses_standin.index import UNTAGGED, MessageIndex
-from infra.ses_standin.journal import Journal, LineEncoder, Record
+from infra.ses_standin.journal import JOURNAL_FILE, Journal, LineEncoder, Record
 from infra.ses_standin.limits import RollingCounter, TokenBucket, quota_left
 from infra.ses_standin.protocol import (
     BulkRequest,
@@ -66,7 +66,7 @@ class SesAccount:
         self.hung_recipients = 0
         self.clock = clock
         state_dir.mkdir(parents=True, exist_ok=True)
-        self.journal = Journal(state_dir / "messages.jsonl")
+        self.journal = Journal(state_dir / JOURNAL_FILE)
         self.templates = TemplateStore(state_dir / "templates.json")
         self.index = MessageIndex()
         self.sent_last_24h = RollingCounter()

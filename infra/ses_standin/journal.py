@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 Record = dict[str, Any]
 
+# The journal's file in the stand-in's state directory (`flashsend up` sizes its wait by it).
+JOURNAL_FILE = "messages.jsonl"
+
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
 # json's own C function: a str as a JSON string literal with non-ASCII escaped (TypeError
 # for anything but a str, so a value of an unexpected type fails loudly, never silently).

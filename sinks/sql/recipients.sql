@@ -78,10 +78,10 @@ RETURNING r.campaign_id, r.seq, r.user_id, r.email, cand.first_name, r.status;
 
 -- name: own_partition
 -- Whether the campaign's rows are in a partition of its own that carries the counter trigger
--- for updates naming it (migration 0013), so claim_in_partition and
--- record_results_in_partition may name it. False for a retired campaign, one in the legacy
--- partition, or a partition of a database that predates the trigger: those go through the
--- parent. A detach in progress counts as gone.
+-- for updates naming it (migration 0013), so claim_in_partition and record_results may
+-- name it. False for a retired campaign, one in the legacy partition, or a partition of a
+-- database that predates the trigger: those go through the parent. A detach in progress
+-- counts as gone.
 SELECT EXISTS (
     SELECT 1
       FROM pg_inherits i
@@ -149,17 +149,9 @@ SELECT partition, next_offset FROM kafka_offsets
 
 -- name: record_results
 -- Outcome of one SES call, one statement. Only rows still 'sending' change: reconcile may have
--- declared them unknown meanwhile, and a late answer must not rewrite that.
-UPDATE campaign_recipients r
-   SET status = o.status, reason = o.reason, message_id = o.message_id,
-       sent_at = CASE WHEN o.status = 'sent' THEN now() ELSE r.sent_at END,
-       requeue = (o.status = 'pending')
-  FROM unnest(%(seqs)s::int[], %(statuses)s::text[], %(reasons)s::text[],
-              %(message_ids)s::text[]) AS o(seq, status, reason, message_id)
- WHERE r.campaign_id = %(campaign_id)s AND r.seq = o.seq AND r.status = 'sending';
-
--- name: record_results_in_partition
--- record_results addressed to the campaign's own partition (see claim_in_partition).
+-- declared them unknown meanwhile, and a late answer must not rewrite that. {partition} is
+-- the campaign's own partition when it carries the counter trigger (see claim_in_partition),
+-- else campaign_recipients.
 UPDATE {partition} r
    SET status = o.status, reason = o.reason, message_id = o.message_id,
        sent_at = CASE WHEN o.status = 'sent' THEN now() ELSE r.sent_at END,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -86,3 +87,34 @@ def statuses(settings: Settings, campaign_id: int) -> dict[str, int]:
 
 def stats(settings: Settings, campaign_id: int) -> dict[str, Any]:
     return dict(admin(settings).stats(campaign=str(campaign_id)))
+
+
+PENDING_SEQS = "SELECT seq FROM campaign_recipients WHERE campaign_id = %s AND status = 'pending'"
+
+
+def pending_seqs(settings: Settings, campaign_id: int) -> list[int]:
+    with psycopg.connect(settings.pg_dsn) as conn:
+        return [r[0] for r in conn.execute(PENDING_SEQS, (campaign_id,))]
+
+
+def claim_twice_at_once(
+    settings: Settings, statement: str, params: dict[str, Any]
+) -> list[set[int]]:
+    """Run a claim statement on two connections released together; the seqs each claimed
+    (rows returned with status 'sending')."""
+    barrier = threading.Barrier(2)
+    claimed: list[set[int]] = []
+
+    def claimer() -> None:
+        with psycopg.connect(settings.pg_dsn) as conn:
+            barrier.wait()
+            rows = conn.execute(statement, params).fetchall()
+            conn.commit()
+            claimed.append({r[1] for r in rows if r[5] == "sending"})
+
+    threads = [threading.Thread(target=claimer) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return claimed

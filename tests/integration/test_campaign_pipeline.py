@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import signal
-import threading
 from pathlib import Path
 
 import psycopg
@@ -19,7 +18,9 @@ from sinks.queries import query
 from sinks.users import seed_users
 from tests.integration.campaign_helpers import (
     admin,
+    claim_twice_at_once,
     new_campaign,
+    pending_seqs,
     stats,
     statuses,
     wait_finished,
@@ -61,32 +62,12 @@ def test_claim_is_conditional_two_claimers_one_winner(settings: Settings) -> Non
         from producers.campaign import snapshot
 
         snapshot(conn, cid, settings.audience_condition)
-        seqs = [
-            r[0]
-            for r in conn.execute(
-                "SELECT seq FROM campaign_recipients WHERE campaign_id = %s AND status = 'pending'",
-                (cid,),
-            )
-        ]
-    barrier = threading.Barrier(2)
-    claimed: list[set[int]] = []
-
-    def claimer() -> None:
-        with psycopg.connect(settings.pg_dsn) as conn:
-            barrier.wait()
-            rows = conn.execute(
-                query("claim_batch"),
-                {"campaign_ids": [cid] * len(seqs), "campaigns": [cid], "seqs": seqs},
-            ).fetchall()
-            conn.commit()
-            claimed.append({r[1] for r in rows if r[5] == "sending"})
-
-    threads = [threading.Thread(target=claimer) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    a, b = claimed
+    seqs = pending_seqs(settings, cid)
+    a, b = claim_twice_at_once(
+        settings,
+        query("claim_batch"),
+        {"campaign_ids": [cid] * len(seqs), "campaigns": [cid], "seqs": seqs},
+    )
     assert not (a & b), "a row was claimed twice"
     assert len(a | b) == len(seqs)
 

@@ -4,7 +4,6 @@ without such a partition go through the parent."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import psycopg
@@ -19,7 +18,7 @@ from sinks.queries import query
 from sinks.recipient_partitions import DIRECT_TRIGGER, partition_of, retire
 from sinks.recipient_store import RecipientStore, RowResult
 from sinks.users import seed_users
-from tests.integration.campaign_helpers import new_campaign
+from tests.integration.campaign_helpers import claim_twice_at_once, new_campaign, pending_seqs
 from tests.integration.mail_fixtures import open_pool, run
 
 COUNTS = """SELECT status, sum(n)::int FROM campaign_status_counts WHERE campaign_id = %s
@@ -122,33 +121,12 @@ def test_two_claimers_racing_through_the_partition_never_claim_a_row_twice(
     settings: Settings,
 ) -> None:
     cid = sending_campaign(settings, 2_000)
+    seqs = pending_seqs(settings, cid)
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
-        seqs = [
-            r[0]
-            for r in conn.execute(
-                "SELECT seq FROM campaign_recipients WHERE campaign_id = %s AND status = 'pending'",
-                (cid,),
-            )
-        ]
         statement = (
             sql.SQL(query("claim_in_partition")).format(partition=partition_of(cid)).as_string(conn)
         )
-    barrier = threading.Barrier(2)
-    claimed: list[set[int]] = []
-
-    def claimer() -> None:
-        with psycopg.connect(settings.pg_dsn) as conn:
-            barrier.wait()
-            rows = conn.execute(statement, {"campaign_id": cid, "seqs": seqs}).fetchall()
-            conn.commit()
-            claimed.append({r[1] for r in rows if r[5] == "sending"})
-
-    threads = [threading.Thread(target=claimer) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    a, b = claimed
+    a, b = claim_twice_at_once(settings, statement, {"campaign_id": cid, "seqs": seqs})
     assert not (a & b), "a row was claimed twice"
     assert len(a | b) == len(seqs)
     counts, rows = counts_and_rows(settings, cid)

@@ -80,6 +80,18 @@ def _sending_or_sent(settings: Settings, campaign_id: int, seqs: list[int]) -> i
     return int(row[0]) if row else 0
 
 
+async def _until_claimed(
+    settings: Settings, campaign_id: int, seqs: list[int], within: float
+) -> int:
+    """Wait up to `within` seconds for every seq to be sending or sent; how many are."""
+    deadline = time.monotonic() + within
+    while (claimed := _sending_or_sent(settings, campaign_id, seqs)) < len(seqs):
+        if time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(0.1)
+    return claimed
+
+
 def test_a_full_lane_does_not_hold_back_other_partitions(settings: Settings) -> None:
     seed_users(settings.pg_dsn, 600)
     put_template(settings)
@@ -102,16 +114,11 @@ def test_a_full_lane_does_not_hold_back_other_partitions(settings: Settings) -> 
             # here until all but the last chunk were claimed: over 100 s.
             await asyncio.wait_for(sender.handle(consumed(0, slow)), timeout=10)
             await asyncio.wait_for(sender.handle(consumed(1, fast)), timeout=10)
-            deadline = time.monotonic() + 10
-            fast_seqs = [seq for seq, _ in fast]
-            while time.monotonic() < deadline:
-                if _sending_or_sent(settings, cid, fast_seqs) == len(fast):
-                    break
-                await asyncio.sleep(0.1)
+            fast_claimed = await _until_claimed(settings, cid, [seq for seq, _ in fast], 10)
             waited = time.monotonic() - began
             return (
                 waited,
-                _sending_or_sent(settings, cid, fast_seqs),
+                fast_claimed,
                 _sending_or_sent(settings, cid, [seq for seq, _ in slow]),
             )
         finally:
@@ -228,22 +235,16 @@ def test_a_full_partition_is_paused_not_waited_for_and_resumed_once_drained(
     assert len(many) == PAUSE_ABOVE + 200
 
     async def scenario() -> tuple[int, list[tuple[str, frozenset[int]]], int]:
-        runtime = Runtime(settings)
         flow = RecordingFlow()
-        runtime.flow = flow
+        runtime = Runtime(settings, flow)
         try:
             await runtime.offsets(settings.topic_recipients, [0, 1])
             sender = await runtime.ensure_started()
             await sender.reassign({0, 1})
             await asyncio.wait_for(sender.handle(_consumed(settings, cid, 0, many)), timeout=5)
             queued_on_return = sender._unclaimed_weight[0]
-            deadline = time.monotonic() + 30
-            seqs = [seq for seq, _ in many]
-            while time.monotonic() < deadline:
-                if _sending_or_sent(settings, cid, seqs) == len(many):
-                    break
-                await asyncio.sleep(0.1)
-            return queued_on_return, list(flow.events), _sending_or_sent(settings, cid, seqs)
+            claimed = await _until_claimed(settings, cid, [seq for seq, _ in many], 30)
+            return queued_on_return, list(flow.events), claimed
         finally:
             await runtime.stop()
 
