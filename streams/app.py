@@ -199,8 +199,16 @@ def create_app(settings: Settings) -> FlashsendApp:
             if result.expired or result.requeued or result.orphans or result.done:
                 log.info("reconcile %s", result.as_dict())
 
-    # The eager rebalance protocol revokes every partition before each assignment; acting on
-    # the new assignment instead keeps the lanes of partitions we keep running undisturbed.
+    # The eager rebalance protocol revokes every partition before each assignment. Lanes only
+    # hold their calls on revocation and act on the assignment that follows: the partitions we
+    # keep go on with their pacers, the ones that move stop before their new owner starts.
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
+    async def _revoked(app: faust.App, revoked: set[Any], **kwargs: Any) -> None:
+        if runtime.sender is not None:
+            await runtime.sender.suspend(
+                {tp.partition for tp in revoked if tp.topic == settings.topic_recipients}
+            )
+
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def _assigned(app: faust.App, assigned: set[Any], **kwargs: Any) -> None:
         if runtime.sender is not None:

@@ -52,11 +52,16 @@ from streams.outcomes import (
     is_throttle,
     map_bulk_response,
 )
-from streams.throttle import Aimd, Pacer, split_rate
+from streams.throttle import Aimd, WindowPacer, partition_budget, split_rate
 
 log = logging.getLogger("flashsend.sender")
 
 MAX_ENTRIES = 50
+# The window SES's MaxSendRate is counted over: each lane keeps its share in any such window.
+WINDOW_S = 1.0
+# How long a revocation waits for the answers of calls in flight (bounded: it holds up the
+# rebalance of the whole group).
+SETTLE_S = 2.0
 # A lane holding less than a full call waits up to this long for more rows: a 5-entry call
 # costs boto3, the stand-in and the result statement nearly as much as a 50-entry one, and
 # partial calls kept a 2-worker pipeline at ~11 entries per call and ~1,200 recipients/s.
@@ -158,9 +163,17 @@ class Lane:
         self._room_wanted = False  # the agent waits for room: send what we have
         self._has_room = asyncio.Event()
         self._has_room.set()
-        self._pacers: dict[int, tuple[Pacer, Aimd]] = {}
+        self._pacers: dict[int, tuple[WindowPacer, Aimd]] = {}
+        # A partition taken over may have had its whole budget spent by its previous owner in
+        # the second before: pacers created until then count the window as full.
+        self._held_until = float("-inf")
+        # Set between a revocation and the assignment that follows it: no call may start, as
+        # the partition may be about to move (it holds its pacers: a kept partition goes on).
+        self._resumed = asyncio.Event()
+        self._resumed.set()
         self._task: asyncio.Task[None] | None = None
         self._inflight: list[ClaimedRecipient] = []
+        self._in_call = False
         # Set when the partition moved to another worker: that worker now owns the partition's
         # rate budget, so this lane must not send anything more (queued rows are released).
         self.revoked = False
@@ -193,13 +206,28 @@ class Lane:
 
     async def revoke(self) -> None:
         self.revoked = True
+        self.resume()
         await self._release_queued("rebalanced")
 
     def assign(self) -> None:
-        """(Re)assigned: start with fresh pacers, which wait one interval before the first call
-        (the previous owner may have just sent)."""
+        """Newly assigned: fresh pacers whose window counts as full for its first second (the
+        previous owner may have just spent the partition's budget)."""
         self.revoked = False
         self._pacers.clear()
+        self._held_until = time.monotonic() + WINDOW_S
+        self.resume()
+
+    def suspend(self) -> None:
+        """A rebalance began: start no call until the assignment says whether we keep it."""
+        self._resumed.clear()
+
+    def resume(self) -> None:
+        self._resumed.set()
+
+    async def settle(self) -> None:
+        """Wait for the call in flight (if any) to be answered."""
+        while self._in_call:
+            await asyncio.sleep(0.005)
 
     async def _release_queued(self, reason: str) -> None:
         queued = list(self._rows)
@@ -219,6 +247,7 @@ class Lane:
         """Release rows that never reached SES (safe: nothing was sent for them)."""
         self.revoked = True  # wakes an agent waiting for room; later puts are released
         self._has_room.set()
+        self.resume()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -261,12 +290,18 @@ class Lane:
             self._has_rows.clear()
         return call
 
-    def _pacer(self, campaign_id: int, rate: float) -> tuple[Pacer, Aimd]:
-        share = split_rate(rate, self._sender.config.partitions)
+    def _pacer(self, campaign_id: int, rate: float) -> tuple[WindowPacer, Aimd]:
+        """The campaign's pacer on this lane, its budget following the AIMD rate."""
+        partitions = self._sender.config.partitions
+        share = split_rate(rate, partitions)
         entry = self._pacers.get(campaign_id)
         if entry is None or entry[1].ceiling != share:
-            entry = (Pacer(share, phase=self._sender.rng.random()), Aimd(ceiling=share))
+            entry = (WindowPacer(0, window_s=WINDOW_S), Aimd(ceiling=share))
+            entry[0].hold_until(self._held_until)
             self._pacers[campaign_id] = entry
+        pacer, aimd = entry
+        effective = rate if aimd.rate >= share else aimd.rate * partitions
+        pacer.set_budget(partition_budget(effective, partitions, self.partition))
         return entry
 
     async def _run(self) -> None:
@@ -291,10 +326,14 @@ class Lane:
                 self._inflight = []
 
     async def _send_call(self, rows: list[ClaimedRecipient]) -> None:
+        """Send `rows` (one campaign's), as many calls as the pacer's window allows, retrying
+        throttled and transient entries with backoff."""
         s = self._sender
         cid = rows[0].campaign_id
         attempt = 0
         while rows:
+            if not self._resumed.is_set():
+                await self._resumed.wait()
             if self.revoked:
                 await s.record(cid, [RowResult(r.seq, "pending", "rebalanced", None) for r in rows])
                 return
@@ -303,43 +342,41 @@ class Lane:
                 await s.release(cid, rows, campaign.status if campaign else "gone")
                 return
             pacer, aimd = self._pacer(cid, campaign.rate_limit)
-            delay = pacer.delay(len(rows), time.monotonic())
-            if delay > 0:
-                metrics.add_throttle_wait("campaign", delay)
-                await asyncio.sleep(delay)
-                if not s.campaigns.is_sending(cid):  # paused while we waited
-                    continue
-            pacer.started(len(rows), time.monotonic())
-            outcome = await s.call_ses(campaign, rows)
+            admitted, wait = pacer.admit(len(rows), time.monotonic())
+            if not admitted:
+                metrics.add_throttle_wait("campaign", wait)
+                await asyncio.sleep(wait)
+                continue  # everything is checked again: paused, revoked, rate changed
+            batch, rows = rows[:admitted], rows[admitted:]
+            pacer.started(admitted)
+            self._in_call = True
+            try:
+                outcome = await s.call_ses(campaign, batch)
+            finally:
+                self._in_call = False
+                pacer.finished(admitted, time.monotonic())
             now = time.monotonic()
             if outcome.throttled:
                 aimd.on_throttle(now)
-                pacer.set_rate(aimd.rate)
             elif aimd.ceiling > 0 and aimd.rate < aimd.ceiling:
                 aimd.on_success(now)
-                pacer.set_rate(aimd.rate)
             await s.record(cid, outcome.final)
             if outcome.pause_reason:
                 await s.pause(cid, outcome.pause_reason)
-            rows = outcome.retry
-            if rows:
+            if outcome.retry:
                 attempt += 1
                 if attempt > s.config.max_retries:
+                    reason = f"retry_exhausted:{outcome.retry_reason}"
                     await s.record(
-                        cid,
-                        [
-                            RowResult(
-                                r.seq, "pending", f"retry_exhausted:{outcome.retry_reason}", None
-                            )
-                            for r in rows
-                        ],
+                        cid, [RowResult(r.seq, "pending", reason, None) for r in outcome.retry]
                     )
-                    return
-                await asyncio.sleep(
-                    backoff_delay(
-                        attempt, base=s.config.retry_base_s, cap=s.config.retry_cap_s, rng=s.rng
+                else:
+                    rows = outcome.retry + rows
+                    await asyncio.sleep(
+                        backoff_delay(
+                            attempt, base=s.config.retry_base_s, cap=s.config.retry_cap_s, rng=s.rng
+                        )
                     )
-                )
 
 
 @dataclass
@@ -621,6 +658,18 @@ class CampaignSender:
             existing = self.lanes.get(partition)
             if existing is None or existing.revoked:
                 self._lane(partition).assign()
+            else:
+                existing.resume()  # kept through the rebalance: its window is still its own
+
+    async def suspend(self, revoked: set[int], settle_s: float = SETTLE_S) -> None:
+        """A rebalance began (`revoked` may move to another worker): no lane of those starts a
+        call until the assignment that follows, and calls in flight get up to `settle_s` to be
+        answered, so the next owner's first second (which it counts as full) comes after them."""
+        lanes = [lane for p, lane in self.lanes.items() if p in revoked]
+        for lane in lanes:
+            lane.suspend()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(lane.settle() for lane in lanes)), settle_s)
 
     def _lane(self, partition: int) -> Lane:
         lane = self.lanes.get(partition)

@@ -1,25 +1,28 @@
-"""Recipient-rate limiting: a GCRA limiter per partition and an AIMD controller above it.
-
-Why GCRA and not a counter per second: the seed measured a fixed-window limiter (50/s) letting
-100 mails through one sliding 1-second window, because two windows' worth can sit either side of
-a boundary. GCRA keeps one number, the *theoretical arrival time* (TAT): the instant at which
-everything admitted so far would have been paid for at `rate`. That is exactly a token bucket of
-`burst` recipients refilled at `rate` per second, with float (sub-second) resolution, so in any
-window of length L at most `burst + rate * L` recipients are admitted.
+"""Recipient-rate limiting: a sliding-window budget per campaign lane, a GCRA limiter for
+transactional mail, and an AIMD controller driven by SES throttles.
 
 Why per recipient: SES counts its quota in recipients, not API calls; one SendBulkEmail of 50
-entries costs 50.
+entries costs 50. SES enforces MaxSendRate per second, so the promise is about ANY sliding
+1-second window at SES, not an average.
 
-Why per partition (`split_rate`): whoever owns a Kafka partition owns R/P of the budget, so the
-sum stays bounded whatever the number of workers, with no shared counter. The price is that P
-limiters may each spend a full call at the same instant: the guaranteed bound across P
-partitions is `R + P * burst` per sliding second (see tests/unit/test_throttle.py).
+Why a window budget per partition for campaigns (`partition_budget`, `WindowPacer`): whoever
+owns a Kafka partition owns a fixed integer share of the campaign limit, the shares sum to the
+limit, and each lane keeps its accepted recipients within its share in every sliding second
+whatever the call latencies, so the sum over partitions holds with no shared counter. Spacing
+calls at n/rate (or GCRA, whose bound is R + P * burst over P partitions) lets one extra call
+per lane into a window as soon as latencies vary, and P lanes add those up.
+
+Why GCRA for transactional mail: one limiter per worker, where a smooth token bucket with
+sub-second resolution is the right shape (a fixed window lets 2x the limit through one sliding
+second: two windows' worth either side of a boundary).
 
 Everything here is pure: time comes in as `now` (monotonic seconds), nothing sleeps.
 """
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from dataclasses import dataclass, field
 
 # Float sums of 1/rate drift by picoseconds; a delay this small is noise, not a wait.
@@ -205,56 +208,109 @@ class Aimd:
         return self._rate
 
 
+def partition_budget(rate: float, partitions: int, partition: int) -> int:
+    """Recipients partition `partition` may hand SES in any sliding second of a campaign
+    limited to `rate`: integer shares of floor(rate) that sum to it exactly (the fraction of
+    R/P is carried by giving some partitions one more), at least one each. 0 when unlimited.
+
+    A partition always owns the same share, whichever worker owns it, so the sum over all
+    partitions stays within the limit with no shared counter. Below one recipient per
+    partition per second the floor of one each makes the bound `partitions` per second."""
+    if partitions < 1:
+        raise ValueError(f"partitions must be >= 1, got {partitions}")
+    if not 0 <= partition < partitions:
+        raise ValueError(f"partition {partition} outside 0..{partitions - 1}")
+    if rate <= 0:
+        return 0
+    total = math.floor(rate + _EPSILON)
+    return max(1, total * (partition + 1) // partitions - total * partition // partitions)
+
+
 @dataclass
-class Pacer:
-    """Strict spacing for one sender lane: after a call of n recipients the next may start no
-    sooner than n / rate seconds later, measured from when the call actually STARTED.
+class WindowPacer:
+    """A sliding-window budget for one sender lane: whatever the calls' latencies, the
+    recipients of this lane that SES accepts in any 1-second window are at most `budget`.
 
-    Unlike GCRA there is no catch-up: a call that went out late (event loop busy, a slow DB
-    write) does not earn the next one an early start, so two calls of the same lane are never
-    closer than the rate allows. `headroom` (< 1) keeps a little slack for the network jitter
-    between our clock and the provider's.
+    A call counts against the window from the moment it is admitted until `window_s` after its
+    answer came back. SES accepts a call somewhere between those two instants, so any two
+    calls SES accepts less than a second apart were both counted when the later one was
+    admitted: the bound holds by construction, not by spacing calls and hoping. The price is
+    the call's latency: a lane sends `budget` recipients per (window + latency).
 
-    Two more things keep P lanes at R/P within R in every sliding second (GCRA alone only
-    guarantees R + P*burst, because P lanes can fire at the same instant):
-    - `call_size`: at low per-lane rates calls get smaller (one `tick` worth of recipients), so
-      a lane never holds more than a fraction of a second of budget in one call;
-    - a new pacer (campaign start, or a partition just taken over after a rebalance) waits a
-      random 1–2 intervals before its first call: lanes start out of phase instead of firing
-      together, and the previous owner's last call has had its interval (no burst).
+    `hold_until(t)` makes the window count as full until `t`: a partition just taken over
+    from another worker may have had its whole budget spent by that worker in the last second.
+
+    Calls are sized to a `tick_s` worth of budget (between 1 and the SES maximum), so a lane
+    spreads its budget over the second instead of spending it in one burst; when the window
+    has room for at least half a call but not a whole one, the call shrinks to the room.
+
+    `budget <= 0` means unlimited. Pure: time comes in as `now`, nothing sleeps.
     """
 
-    rate: float
-    headroom: float = 0.97
-    tick: float = 0.2
-    phase: float = 0.0  # in [0, 1): fraction of an extra interval before the first call
-    _next: float | None = field(default=None, init=False, repr=False)
+    budget: int
+    window_s: float = 1.0
+    tick_s: float = 0.2
+    _spent: deque[tuple[float, int]] = field(default_factory=deque, init=False, repr=False)
+    _in_call: int = field(default=0, init=False, repr=False)
+    _held_until: float = field(default=float("-inf"), init=False, repr=False)
 
     @property
     def unlimited(self) -> bool:
-        return self.rate <= 0
+        return self.budget <= 0
 
     def call_size(self, max_entries: int) -> int:
-        """Recipients per call: a `tick` worth at this rate, between 1 and max_entries."""
+        """Recipients per call: about a tick's worth of the budget, between 1 and max_entries,
+        evened out so the budget splits into calls of nearly one size."""
         if self.unlimited:
             return max_entries
-        return max(1, min(max_entries, int(self.rate * self.tick)))
+        largest = max(1, min(max_entries, math.ceil(self.budget * self.tick_s - _EPSILON)))
+        calls = math.ceil(self.budget / largest)  # equal calls, so the last one is not a sliver
+        return max(1, math.ceil(self.budget / calls))
 
-    def _interval(self, n: int) -> float:
-        return n / (self.rate * self.headroom)
+    def hold_until(self, until: float) -> None:
+        self._held_until = max(self._held_until, until)
 
-    def delay(self, n: int, now: float) -> float:
-        """Seconds to wait before a call of n recipients may start."""
+    def used(self, now: float) -> int:
+        """Recipients counted against the window at `now` (in a call, or answered within it)."""
+        spent = self._spent
+        while spent and spent[0][0] <= now:
+            spent.popleft()
+        return self._in_call + sum(n for _, n in spent)
+
+    def admit(self, wanted: int, now: float) -> tuple[int, float]:
+        """How many of `wanted` recipients may go into a call starting at `now`, and, when none
+        may, how long to wait before asking again. Does not book anything: call `started`
+        with the count actually sent, then `finished` when its answer (or error) is back."""
+        if wanted <= 0:
+            return 0, 0.0
         if self.unlimited:
-            return 0.0
-        if self._next is None:
-            self._next = now + self._interval(n) * (1.0 + self.phase)
-        return max(0.0, self._next - now)
+            return wanted, 0.0
+        if now < self._held_until:
+            return 0, self._held_until - now
+        room = self.budget - self.used(now)
+        least = max(1, min(wanted, self.budget, (wanted + 1) // 2))
+        if room >= least:
+            return min(wanted, room), 0.0
+        if self._in_call:  # another call of this lane is out: its answer frees nothing yet
+            return 0, self.window_s
+        free = room
+        for expires, n in self._spent:
+            free += n
+            if free >= least:
+                return 0, max(0.0, expires - now) + _EPSILON
+        return 0, self.window_s
 
-    def started(self, n: int, now: float) -> None:
-        """Record that a call of n recipients started at `now`."""
-        if not self.unlimited:
-            self._next = now + self._interval(n)
+    def started(self, n: int) -> None:
+        self._in_call += n
 
-    def set_rate(self, rate: float) -> None:
-        self.rate = rate
+    def finished(self, n: int, now: float) -> None:
+        self._in_call = max(0, self._in_call - n)
+        expires = now + self.window_s
+        if self._spent and self._spent[-1][0] > expires:  # keep expiries in order
+            expires = self._spent[-1][0]
+        self._spent.append((expires, n))
+
+    def set_budget(self, budget: int) -> None:
+        """A new budget applies at once; what the window already holds stays counted, so a
+        lower budget waits until the window has drained below it (no burst)."""
+        self.budget = budget
