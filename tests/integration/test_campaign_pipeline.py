@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import signal
+import time
 from pathlib import Path
 
 import psycopg
@@ -128,8 +129,6 @@ def test_worker_restart_resumes_from_postgres_offsets(settings: Settings) -> Non
     pool.start(1)
     start_campaign(settings, cid)
     # Let it send a part, then kill the worker hard (no graceful release).
-    import time
-
     deadline = time.monotonic() + 60
     while statuses(settings, cid).get("sent", 0) < 1_500:
         assert time.monotonic() < deadline, statuses(settings, cid)
@@ -178,20 +177,44 @@ def test_worker_restart_resumes_from_postgres_offsets(settings: Settings) -> Non
     assert st.get("pending", 0) == 0
 
 
-def test_limiter_holds_600_per_second_with_2_workers(settings: Settings) -> None:
-    seed_users(settings.pg_dsn, 6_000)
-    cid = new_campaign(settings, rate=600)
+def steady_average(settings: Settings, cid: int) -> float:
+    """Accepted per second at the stand-in over the first half of the run after its first
+    second: every partition still has rows then (later, the partitions that drew fewer users
+    finish first and the total falls while the rest finish)."""
+    buckets = [n for _, n in admin(settings).rate(str(cid), bucket_ms=1000)]
+    steady = buckets[1 : len(buckets) // 2 + 1]
+    assert len(steady) >= 3, buckets
+    return sum(steady) / len(steady)
+
+
+@pytest.mark.parametrize(
+    ("rate", "workers", "join_at"),
+    [(777, 2, None), (2222, 2, 2.0), (3120, 3, None), (37, 1, None)],
+)
+def test_limiter_holds_in_every_second_at_awkward_rates(
+    settings: Settings, rate: int, workers: int, join_at: float | None
+) -> None:
+    """Measured at the stand-in, in every sliding second: never above the limit, and close
+    to it on average. With `join_at`, one more worker joins mid-run and partitions move."""
+    seed_users(settings.pg_dsn, max(1_500, rate * 8))
+    cid = new_campaign(settings, rate=rate)
     pool = WorkerPool(settings, settings.state_dir / f"logs-{cid}")
-    pool.start(2)
+    pool.start(workers)
     try:
         start_campaign(settings, cid)
+        if join_at is not None:
+            time.sleep(join_at)
+            pool.start(1)
         wait_finished(settings, cid, pool, timeout=120)
     finally:
         pool.stop()
     s = stats(settings, cid)
     assert s["duplicates"] == 0
-    assert s["accepted"] > 5_000
-    assert s["max_1s_window"] <= 650, s
+    assert s["max_1s_window"] <= rate * 1.02, s
+    if join_at is None:
+        # Far from the limit means a pacer that wastes its budget. Not a speed figure (the
+        # machine may be shared): `flashsend bench` reports the sweep's average ratios.
+        assert steady_average(settings, cid) >= 0.6 * rate, s
 
 
 def test_start_refuses_missing_template_and_excess_rate(settings: Settings) -> None:
