@@ -190,7 +190,7 @@ def produce_pending(
             f"(first: {failures[:1]}); run `flashsend campaign start {campaign_id}` again — "
             "re-producing is safe"
         )
-    conn.execute(query("mark_produced"), {"id": campaign_id})
+    conn.execute(query("mark_produced"), {"id": campaign_id, "weights": doorbells.recipients})
     return produced
 
 

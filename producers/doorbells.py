@@ -108,8 +108,10 @@ class DoorbellProducer:
         self._topic = topic
         self._encode = writer.encode
         self._on_delivery = on_delivery
-        self._blocks = PartitionBlocks(topic_partitions(producer, topic), size)
+        partitions = topic_partitions(producer, topic)
+        self._blocks = PartitionBlocks(partitions, size)
         self.records = 0
+        self.recipients = [0] * partitions  # per partition, produced so far
 
     def add(self, rows: Iterable[tuple[int, int]]) -> None:
         add = self._blocks.add
@@ -126,6 +128,7 @@ class DoorbellProducer:
     def _produce(self, partition: int, block: list[Member]) -> None:
         value = self._encode(block)
         key = user_key(block[0][1])
+        self.recipients[partition] += len(block)
         while True:
             try:
                 self._producer.produce(

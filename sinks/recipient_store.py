@@ -63,6 +63,7 @@ class LiveCampaign:
     from_address: str
     configuration_set: str | None
     name: str
+    partition_weights: list[int] | None = None  # recipients per partition at first produce
 
 
 @dataclass(frozen=True)

@@ -301,7 +301,9 @@ class Lane:
             self._pacers[campaign_id] = entry
         pacer, aimd = entry
         effective = rate if aimd.rate >= share else aimd.rate * partitions
-        pacer.set_budget(partition_budget(effective, partitions, self.partition))
+        campaign = self._sender.campaigns.get(campaign_id)
+        weights = campaign.partition_weights if campaign is not None else None
+        pacer.set_budget(partition_budget(effective, partitions, self.partition, weights))
         return entry
 
     async def _run(self) -> None:

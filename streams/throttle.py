@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # Float sums of 1/rate drift by picoseconds; a delay this small is noise, not a wait.
@@ -208,22 +209,35 @@ class Aimd:
         return self._rate
 
 
-def partition_budget(rate: float, partitions: int, partition: int) -> int:
+def partition_budget(
+    rate: float, partitions: int, partition: int, weights: Sequence[int] | None = None
+) -> int:
     """Recipients partition `partition` may hand SES in any sliding second of a campaign
-    limited to `rate`: integer shares of floor(rate) that sum to it exactly (the fraction of
-    R/P is carried by giving some partitions one more), at least one each. 0 when unlimited.
+    limited to `rate`. 0 when unlimited.
 
-    A partition always owns the same share, whichever worker owns it, so the sum over all
-    partitions stays within the limit with no shared counter. Below one recipient per
-    partition per second the floor of one each makes the bound `partitions` per second."""
+    The shares are integers that sum to floor(rate) exactly: one recipient each, and the rest
+    split in proportion to `weights` (the campaign's recipients per partition, so partitions
+    that drew more users do not finish last) by largest remainder, ties to the lower
+    partition; equal weights when `weights` is None or does not fit. Every worker computes the
+    same shares from the same inputs, so the sum over partitions stays within the limit with
+    no shared counter. Below one recipient per partition per second the floor of one each
+    makes the bound `partitions` per second."""
     if partitions < 1:
         raise ValueError(f"partitions must be >= 1, got {partitions}")
     if not 0 <= partition < partitions:
         raise ValueError(f"partition {partition} outside 0..{partitions - 1}")
     if rate <= 0:
         return 0
-    total = math.floor(rate + _EPSILON)
-    return max(1, total * (partition + 1) // partitions - total * partition // partitions)
+    rest = math.floor(rate + _EPSILON) - partitions
+    if rest <= 0:
+        return 1
+    if weights is None or len(weights) != partitions or min(weights) < 0 or sum(weights) == 0:
+        weights = [1] * partitions
+    total = sum(weights)
+    floors = [rest * w // total for w in weights]
+    left = rest - sum(floors)
+    by_remainder = sorted(range(partitions), key=lambda p: (-(rest * weights[p] % total), p))
+    return 1 + floors[partition] + (1 if partition in by_remainder[:left] else 0)
 
 
 @dataclass

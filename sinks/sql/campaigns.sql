@@ -26,12 +26,18 @@ UPDATE campaigns SET status = 'sending', recipients = %(recipients)s,
  WHERE id = %(id)s AND status = 'snapshotting';
 
 -- name: mark_produced
-UPDATE campaigns SET produced_at = now(), updated_at = now() WHERE id = %(id)s;
+-- The weights of the first produce stay: a later produce (after a failed one) covers only
+-- the rows still pending, not the campaign's spread over the partitions.
+UPDATE campaigns
+   SET produced_at = now(), updated_at = now(),
+       partition_weights = coalesce(partition_weights, %(weights)s::int[])
+ WHERE id = %(id)s;
 
 -- name: live_campaigns
 -- Polled by every worker a few times a second: tiny table. Recently finished campaigns are
 -- included so a lane holding rows of a just-cancelled campaign releases them as cancelled.
-SELECT id, status, rate_limit, template, from_address, configuration_set, name
+SELECT id, status, rate_limit, template, from_address, configuration_set, name,
+       partition_weights
   FROM campaigns
  WHERE status IN ('sending', 'paused', 'snapshotting')
     OR (status IN ('cancelled', 'done', 'failed') AND updated_at > now() - interval '1 hour');

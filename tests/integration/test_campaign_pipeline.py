@@ -211,6 +211,12 @@ def test_limiter_holds_in_every_second_at_awkward_rates(
     s = stats(settings, cid)
     assert s["duplicates"] == 0
     assert s["max_1s_window"] <= rate * 1.02, s
+    with psycopg.connect(settings.pg_dsn) as conn:
+        weights = conn.execute(
+            "SELECT partition_weights FROM campaigns WHERE id = %s", (cid,)
+        ).fetchone()
+    assert weights is not None and len(weights[0]) == settings.partitions
+    assert sum(weights[0]) == s["accepted"]  # every produced recipient was sent once
     if join_at is None:
         # Far from the limit means a pacer that wastes its budget. Not a speed figure (the
         # machine may be shared): `flashsend bench` reports the sweep's average ratios.

@@ -196,3 +196,26 @@ def test_the_bound_fails_without_counting_a_call_until_after_its_answer() -> Non
         sim.run(duration=8.0)
         worst = max(worst, sim.max_window())
     assert worst > 2222
+
+
+def test_weighted_shares_follow_the_partitions_recipients() -> None:
+    weights = [4204, 4370, 4291, 4310, 0, 4285, 4258, 4321, 4322, 4313, 4289, 4297]
+    shares = [partition_budget(777, 12, p, weights) for p in range(12)]
+    assert sum(shares) == 777
+    assert shares[4] == 1  # no recipients: the floor of one
+    assert shares[1] == max(shares) and shares[0] == min(s for s in shares if s > 1)
+    # the same on every worker, and equal shares when the weights do not fit the topic
+    assert shares == [partition_budget(777, 12, p, list(weights)) for p in range(12)]
+    equal = [partition_budget(777, 12, p) for p in range(12)]
+    assert [partition_budget(777, 12, p, [1, 2]) for p in range(12)] == equal
+    assert [partition_budget(777, 12, p, [0] * 12) for p in range(12)] == equal
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_weighted_shares_sum_to_the_limit(seed: int) -> None:
+    rng = random.Random(seed)
+    partitions = rng.randint(1, 24)
+    rate = rng.uniform(partitions, 12_000)
+    weights = [rng.choice([0, rng.randint(1, 100_000)]) for _ in range(partitions)]
+    shares = [partition_budget(rate, partitions, p, weights) for p in range(partitions)]
+    assert sum(shares) == int(rate) and min(shares) >= 1
