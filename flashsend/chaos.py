@@ -10,6 +10,11 @@ and let the SES stand-in accept calls without answering. Then wait for the campa
 - lost == 0 (no recipient left pending/sending);
 - unknown <= unknown_bound = kills x partitions x (lane capacity + one call)
                               + recipients of hung calls (counted by the stand-in).
+
+The faults combine freely: restarts run in the background while kills go on, the kill
+schedule may pick the frozen worker, a restart may fail. Whatever happens, the run restarts
+what it stopped, cancels its campaign if unfinished and returns a result (with `error` when
+the run itself failed).
 """
 
 from __future__ import annotations
@@ -17,8 +22,11 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -31,6 +39,7 @@ from flashsend.commands.campaign import (
     create_campaign,
 )
 from flashsend.demo import ensure_users, standin_stats
+from flashsend.lab_run import StartedCampaigns, error_text, finish_run
 from flashsend.settings import Settings
 from flashsend.workers import WorkerPool
 from infra.kafka import KafkaBroker
@@ -41,6 +50,9 @@ from producers.reconcile import Reconciler
 from sinks.campaign_store import CampaignStore
 from sinks.ses import SesSender, make_client
 from streams.sender import MAX_ENTRIES, SenderConfig
+
+DOWN_S = 3.0  # how long the broker or PostgreSQL stays stopped
+ZOMBIE_FROZEN_S = 15.0  # past session.timeout: the frozen worker's partitions are reassigned
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,66 @@ class ChaosOptions:
     seed: int = 7
 
 
+def freeze(proc: subprocess.Popen[bytes]) -> bool:
+    """SIGSTOP a worker (it becomes a zombie once its partitions move); False if it is gone."""
+    if proc.poll() is not None:
+        return False
+    try:
+        os.kill(proc.pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def thaw(proc: subprocess.Popen[bytes]) -> bool:
+    """SIGCONT a frozen worker; False if something (the kill schedule) ended it meanwhile."""
+    if proc.poll() is not None:
+        return False
+    try:
+        os.kill(proc.pid, signal.SIGCONT)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@dataclass
+class Restart:
+    """One service stop/start running in the background, so kills go on meanwhile."""
+
+    name: str
+    stop: Callable[[], object]
+    start: Callable[[], object]
+    thread: threading.Thread | None = None
+    error: BaseException | None = None
+    stopped: bool = False  # stopped by us and not (yet) started again
+    done: bool = False
+
+    def begin(self) -> None:
+        self.thread = threading.Thread(target=self._run, name=f"restart-{self.name}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.stopped = True
+            self.stop()
+            time.sleep(DOWN_S)
+            self.start()
+            self.stopped = False
+        except BaseException as exc:  # handed to the main loop, which fails the run
+            self.error = exc
+        finally:
+            self.done = True
+
+    def ensure_started(self) -> None:
+        """After the run, whatever happened: wait for the restart, start the service if it is
+        still down because of us."""
+        if self.thread is not None:
+            self.thread.join(timeout=120)
+        if self.stopped:
+            self.start()
+            self.stopped = False
+
+
 def _progress(settings: Settings, campaign_id: int) -> Any:
     """Campaign progress, or None while PostgreSQL is down."""
     try:
@@ -67,7 +139,107 @@ def _progress(settings: Settings, campaign_id: int) -> Any:
         return None
 
 
-def run_chaos(base: Settings, options: ChaosOptions, log: Any = print) -> dict[str, Any]:
+@dataclass
+class Schedule:
+    """The faults of one run and what they did."""
+
+    options: ChaosOptions
+    rng: random.Random
+    pool: WorkerPool
+    restarts: dict[str, Restart]
+    log: Callable[[str], None]
+    counters: dict[str, int] = field(
+        default_factory=lambda: {
+            "kills": 0,
+            "broker_restarts": 0,
+            "postgres_restarts": 0,
+            "zombies": 0,
+            "zombies_killed_frozen": 0,
+            "worker_restarts": 0,
+        }
+    )
+    worker_exits: list[dict[str, Any]] = field(default_factory=list)
+    next_kill: float = 0.0
+    zombie_at: float | None = None
+    zombie: subprocess.Popen[bytes] | None = None
+    zombie_thaw_at: float = 0.0
+    pending_restarts: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        o = self.options
+        self.next_kill = o.kill_every_s if o.kill_every_s > 0 else float("inf")
+        self.zombie_at = o.zombie_at
+        if o.restart_broker_at is not None:
+            self.pending_restarts["broker"] = o.restart_broker_at
+        if o.restart_postgres_at is not None:
+            self.pending_restarts["postgres"] = o.restart_postgres_at
+
+    def tick(self, t: float, busy: bool) -> None:
+        """Apply every fault due at `t` seconds into the run."""
+        pool, log = self.pool, self.log
+        if busy and t >= self.next_kill and pool.alive():
+            victim = self.rng.choice(pool.alive())
+            if victim is self.zombie:
+                self.counters["zombies_killed_frozen"] += 1
+            pool.kill(victim, signal.SIGKILL)
+            self.counters["kills"] += 1
+            log(f"chaos: t={t:.1f}s SIGKILL worker pid {victim.pid}")
+            pool.spawn()
+            self.next_kill = t + self.options.kill_every_s
+        for name, at in list(self.pending_restarts.items()):
+            if t >= at:
+                del self.pending_restarts[name]
+                log(f"chaos: t={t:.1f}s restarting {name} (down {DOWN_S:g}s)")
+                self.restarts[name].begin()
+        for name, restart in self.restarts.items():
+            if restart.error is not None:
+                raise RuntimeError(f"{name} restart failed: {error_text(restart.error)}")
+            if restart.done and restart.thread is not None:
+                restart.thread = None
+                self.counters[f"{name}_restarts"] += 1
+                log(f"chaos: t={t:.1f}s {name} back")
+        if self.zombie_at is not None and t >= self.zombie_at and pool.alive():
+            self.zombie_at = None
+            candidate = self.rng.choice(pool.alive())
+            if freeze(candidate):
+                self.zombie, self.zombie_thaw_at = candidate, t + ZOMBIE_FROZEN_S
+                self.counters["zombies"] += 1
+                log(f"chaos: t={t:.1f}s SIGSTOP worker pid {candidate.pid} (zombie)")
+        if self.zombie is not None and t >= self.zombie_thaw_at:
+            zombie, self.zombie = self.zombie, None
+            if thaw(zombie):
+                log(f"chaos: t={t:.1f}s SIGCONT worker pid {zombie.pid}")
+            else:
+                log(f"chaos: t={t:.1f}s zombie pid {zombie.pid} already ended; nothing to thaw")
+        self._replace_dead_workers(t)
+
+    def _replace_dead_workers(self, t: float) -> None:
+        for proc in list(self.pool.procs):
+            if proc.poll() is not None and proc.returncode != -signal.SIGKILL:
+                # A worker that died by itself (e.g. broker gone too long): restart it, like a
+                # supervisor would, and keep what it said last.
+                self.pool.procs.remove(proc)
+                self.pool.spawn()
+                self.counters["worker_restarts"] += 1
+                self.worker_exits.append(
+                    {
+                        "t_s": round(t, 1),
+                        "pid": proc.pid,
+                        "returncode": proc.returncode,
+                        "last_error": self.pool.last_error(proc),
+                    }
+                )
+                self.log(
+                    f"chaos: t={t:.1f}s worker {proc.pid} exited ({proc.returncode}); restarted"
+                )
+
+
+def run_chaos(
+    base: Settings, options: ChaosOptions, log: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """Run the campaign under faults; always returns the result (`error` set when the run
+    itself failed or was interrupted), with the broker and PostgreSQL running again and the
+    campaign cancelled if it did not finish."""
     rng = random.Random(options.seed)
     # Workers get short timeouts so faults resolve within the run: a hung call times out after
     # ses_timeout_s, rows held by a killed worker become unknown after lease_s.
@@ -75,52 +247,100 @@ def run_chaos(base: Settings, options: ChaosOptions, log: Any = print) -> dict[s
         update={"lease_s": options.lease_s, "ses_timeout_s": 3.0, "reconcile_interval_s": 2.0}
     )
     broker, postgres = KafkaBroker(settings), PostgresServer(settings)
-    ses = SesStandinAdmin(settings.ses_endpoint_url or "")
-    ensure_users(settings, options.users)
-    SesSender(make_client(settings, timeout=10)).put_template(
-        DEFAULT_TEMPLATE, DEFAULT_SUBJECT, DEFAULT_HTML, DEFAULT_TEXT
-    )
-    faults_before = ses.faults()
-    ses.set_faults(p_hang=options.ses_hang_rate)
-    stats_before: dict[str, Any] = dict(ses.stats())
-    hung_before = int(stats_before.get("hung_recipients", 0))
-    audience = f"({settings.audience_condition}) AND u.id <= {int(options.users)}"
-    campaign_id = create_campaign(
-        settings, name=f"chaos-{int(time.time())}", rate=options.rate, audience=audience
-    )
-    pool = WorkerPool(settings, settings.state_dir / "logs" / f"chaos-{campaign_id}", static=True)
-    pool.start(options.workers)
-    counters = {
-        "kills": 0,
-        "broker_restarts": 0,
-        "postgres_restarts": 0,
-        "zombies": 0,
-        "worker_restarts": 0,
+    restarts = {
+        "broker": Restart("broker", broker.stop, broker.start),
+        "postgres": Restart("postgres", lambda: postgres.stop(mode="immediate"), postgres.start),
     }
+    ses = SesStandinAdmin(settings.ses_endpoint_url or "")
+    started = StartedCampaigns(settings)
+    pool = WorkerPool(
+        settings, settings.state_dir / "logs" / f"chaos-{int(time.time())}", static=True
+    )
+    schedule = Schedule(options, rng, pool, restarts, log)
+    result: dict[str, Any] = {"campaign_id": None}
+    failure: BaseException | None = None
+    faults_before: dict[str, Any] | None = None
     began = time.monotonic()
     try:
-        started = start_campaign(settings, campaign_id)
+        ensure_users(settings, options.users)
+        SesSender(make_client(settings, timeout=10)).put_template(
+            DEFAULT_TEMPLATE, DEFAULT_SUBJECT, DEFAULT_HTML, DEFAULT_TEXT
+        )
+        faults_before = dict(ses.faults())
+        ses.set_faults(p_hang=options.ses_hang_rate)
+        hung_before = ses.stats()["hung_recipients"]
+        audience = f"({settings.audience_condition}) AND u.id <= {int(options.users)}"
+        campaign_id = started.add(
+            create_campaign(
+                settings, name=f"chaos-{int(time.time())}", rate=options.rate, audience=audience
+            )
+        )
+        result["campaign_id"] = campaign_id
+        pool.start(options.workers)
+        began = time.monotonic()
+        start = start_campaign(settings, campaign_id)
         log(
-            f"chaos: campaign {campaign_id}, {started.recipients:,} recipients, "
+            f"chaos: campaign {campaign_id}, {start.recipients:,} recipients, "
             f"{options.workers} workers"
         )
-        final = _run_faults(
-            settings, options, rng, campaign_id, pool, broker, postgres, counters, began, log
-        )
-    finally:
+        _run_faults(settings, options, schedule, campaign_id, began, log)
         pool.stop()
-        ses.set_faults(p_hang=faults_before["p_hang"])
+        for restart in restarts.values():
+            restart.ensure_started()
+        result.update(_judge(settings, campaign_id, schedule, hung_before))
+    except (Exception, KeyboardInterrupt) as exc:
+        failure = exc
+    finally:
+        cleanup_errors = _clean_up(pool, restarts, ses, faults_before)
+    result.update(schedule.counters)
+    result["worker_exits"] = schedule.worker_exits
+    result["elapsed_s"] = round(time.monotonic() - began, 1)
+    result = finish_run(result, started, failure, log)
+    if cleanup_errors:
+        result["cleanup_errors"] = cleanup_errors
+    if "error" in result:
+        result["invariants_ok"] = False
+    return result
+
+
+def _clean_up(
+    pool: WorkerPool,
+    restarts: dict[str, Restart],
+    ses: SesStandinAdmin,
+    faults_before: dict[str, Any] | None,
+) -> list[str]:
+    """Stop the workers, start what the run stopped, restore the stand-in's faults; every
+    step is tried whatever the others did."""
+    errors: list[str] = []
+    steps: list[tuple[str, Callable[[], object]]] = [("workers", pool.stop)]
+    steps += [(name, r.ensure_started) for name, r in restarts.items()]
+    if faults_before is not None:
+        p_hang = float(faults_before["p_hang"])
+        steps.append(("stand-in faults", lambda: ses.set_faults(p_hang=p_hang)))
+    for what, step in steps:
+        try:
+            step()
+        except (Exception, KeyboardInterrupt) as exc:
+            errors.append(f"{what}: {error_text(exc)}")
+    return errors
+
+
+def _judge(
+    settings: Settings, campaign_id: int, schedule: Schedule, hung_before: int
+) -> dict[str, Any]:
     # Last word: expire leases of rows held by killed workers, finish the campaign.
     with Reconciler(settings) as reconciler:
         reconciler.reconcile(campaign_id, lease_s=0.0)
     final = _progress(settings, campaign_id)
+    if final is None:
+        raise RuntimeError("PostgreSQL does not answer after the run")
     stats = standin_stats(settings, campaign_id)
     hung = int(stats.get("hung_recipients", 0)) - hung_before
+    counters = schedule.counters
     per_kill = settings.partitions * (SenderConfig(partitions=1).lane_capacity + MAX_ENTRIES)
     unknown_bound = (counters["kills"] + counters["zombies"]) * per_kill + hung
     lost = int(final["pending"] + final["sending"])
     result = {
-        "campaign_id": campaign_id,
         "recipients": final.total,
         "sent": final["sent"],
         "failed": final["failed"],
@@ -131,14 +351,12 @@ def run_chaos(base: Settings, options: ChaosOptions, log: Any = print) -> dict[s
         "cancelled": final["cancelled"],
         "accepted_by_ses": stats.get("accepted"),
         "duplicates": stats.get("duplicates"),
-        **counters,
         "hung_recipients": hung,
         "unknown_bound": unknown_bound,
         "unknown_per_kill": round(final["unknown"] / counters["kills"], 1)
         if counters["kills"]
         else None,
         "lost": lost,
-        "elapsed_s": round(time.monotonic() - began, 1),
     }
     result["invariants_ok"] = (
         result["duplicates"] == 0 and lost == 0 and final["unknown"] <= unknown_bound
@@ -149,71 +367,18 @@ def run_chaos(base: Settings, options: ChaosOptions, log: Any = print) -> dict[s
 def _run_faults(
     settings: Settings,
     options: ChaosOptions,
-    rng: random.Random,
+    schedule: Schedule,
     campaign_id: int,
-    pool: WorkerPool,
-    broker: KafkaBroker,
-    postgres: PostgresServer,
-    counters: dict[str, int],
     began: float,
-    log: Any,
-) -> Any:
-    next_kill = options.kill_every_s if options.kill_every_s > 0 else float("inf")
-    broker_at, pg_at, zombie_at = (
-        options.restart_broker_at,
-        options.restart_postgres_at,
-        options.zombie_at,
-    )
-    zombie: Any = None
+    log: Callable[[str], None],
+) -> None:
     while True:
         t = time.monotonic() - began
         progress = _progress(settings, campaign_id)
         if progress is not None and progress.finished:
-            return progress
+            return
         if t > options.timeout_s:
             log(f"chaos: timeout after {t:.0f}s")
-            return progress
-        busy = progress is None or progress["pending"] > 0
-        if busy and t >= next_kill and pool.alive():
-            victim = rng.choice(pool.alive())
-            pool.kill(victim, signal.SIGKILL)
-            counters["kills"] += 1
-            log(f"chaos: t={t:.1f}s SIGKILL worker pid {victim.pid}")
-            pool.spawn()
-            next_kill = t + options.kill_every_s
-        if broker_at is not None and t >= broker_at:
-            broker_at = None
-            log(f"chaos: t={t:.1f}s stopping the broker")
-            broker.stop()
-            time.sleep(3)
-            broker.start()
-            counters["broker_restarts"] += 1
-            log(f"chaos: t={time.monotonic() - began:.1f}s broker back")
-        if pg_at is not None and t >= pg_at:
-            pg_at = None
-            log(f"chaos: t={t:.1f}s stopping postgres (immediate)")
-            postgres.stop(mode="immediate")
-            time.sleep(3)
-            postgres.start()
-            counters["postgres_restarts"] += 1
-            log(f"chaos: t={time.monotonic() - began:.1f}s postgres back")
-        if zombie_at is not None and t >= zombie_at and pool.alive():
-            zombie_at = None
-            zombie = rng.choice(pool.alive())
-            os.kill(zombie.pid, signal.SIGSTOP)
-            counters["zombies"] += 1
-            log(f"chaos: t={t:.1f}s SIGSTOP worker pid {zombie.pid} (zombie)")
-            zombie_thaw = t + 15.0  # past session.timeout → its partitions are reassigned
-        if zombie is not None and t >= zombie_thaw:
-            os.kill(zombie.pid, signal.SIGCONT)
-            log(f"chaos: t={t:.1f}s SIGCONT worker pid {zombie.pid}")
-            zombie = None
-        for proc in list(pool.procs):
-            if proc.poll() is not None and proc.returncode not in (-signal.SIGKILL,):
-                # A worker that died by itself (e.g. broker gone too long): restart it, like a
-                # supervisor would.
-                pool.procs.remove(proc)
-                pool.spawn()
-                counters["worker_restarts"] += 1
-                log(f"chaos: t={t:.1f}s worker {proc.pid} exited ({proc.returncode}); restarted")
+            return
+        schedule.tick(t, busy=progress is None or progress["pending"] > 0)
         time.sleep(0.5)

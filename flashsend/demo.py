@@ -18,6 +18,7 @@ from flashsend.commands.campaign import (
     create_campaign,
 )
 from flashsend.errors import FlashsendError
+from flashsend.lab_run import StartedCampaigns, error_text, finish_run
 from flashsend.progress import ProgressLine
 from flashsend.settings import Settings
 from flashsend.workers import WorkerPool
@@ -26,9 +27,9 @@ from sinks.campaign_store import SETTLED, CampaignStore
 from sinks.ses import SesSender, make_client
 from sinks.users import seed_users
 
-# The progress query scans the campaign's rows (no status index, by design): polling it
-# every half second measurably slows a 1M-row campaign, so watch at a gentler pace.
-PROGRESS_POLL_S = 2.0
+PROGRESS_POLL_S = 2.0  # the progress line's refresh
+# A recipient's statuses, each counted in the summary.
+STATUSES = ("sent", "failed", "skipped", "unknown", "pending", "sending", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -61,64 +62,84 @@ def standin_stats(settings: Settings, campaign_id: int) -> dict[str, Any]:
 
 
 def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict[str, Any]:
+    """Run the demo; always returns the summary (`error` set when the run failed or was
+    interrupted; the campaign is then cancelled, as is one still unfinished at the timeout)."""
     log(
         f"demo: {options.users:,} users, rate {options.rate or 'unlimited'}, "
         f"{options.workers} worker(s), {settings.partitions} partitions"
     )
-    seed_s = ensure_users(settings, options.users)
-    if seed_s:
-        log(f"seeded users in {seed_s:.1f}s")
-    SesSender(make_client(settings, timeout=10)).put_template(
-        DEFAULT_TEMPLATE, DEFAULT_SUBJECT, DEFAULT_HTML, DEFAULT_TEXT
-    )
-    # The audience is the first N users, so --users means the same on a bigger database.
-    audience = f"({settings.audience_condition}) AND u.id <= {int(options.users)}"
-    campaign_id = create_campaign(
-        settings, name=f"demo-{int(time.time())}", rate=options.rate, audience=audience
-    )
+    started = StartedCampaigns(settings)
+    summary: dict[str, Any] = {"campaign_id": None, "rate_limit": options.rate}
     pool = WorkerPool(settings, settings.state_dir / "logs")
-    pool.start(options.workers)
+    failure: BaseException | None = None
     began = time.monotonic()
     try:
+        seed_s = ensure_users(settings, options.users)
+        if seed_s:
+            log(f"seeded users in {seed_s:.1f}s")
+        SesSender(make_client(settings, timeout=10)).put_template(
+            DEFAULT_TEMPLATE, DEFAULT_SUBJECT, DEFAULT_HTML, DEFAULT_TEXT
+        )
+        # The audience is the first N users, so --users means the same on a bigger database.
+        audience = f"({settings.audience_condition}) AND u.id <= {int(options.users)}"
+        campaign_id = started.add(
+            create_campaign(
+                settings, name=f"demo-{int(time.time())}", rate=options.rate, audience=audience
+            )
+        )
+        summary["campaign_id"] = campaign_id
+        pool.start(options.workers)
+        began = time.monotonic()
         bar = ProgressLine(f"campaign {campaign_id} produce") if options.show_progress else None
-        started = start_campaign(
+        start = start_campaign(
             settings, campaign_id, progress=(lambda d, t: bar.update(d, t)) if bar else None
         )
         if bar:
             bar.close()
         log(
-            f"snapshot {started.recipients:,} recipients in {started.snapshot_s:.1f}s, "
-            f"produced {started.produced:,} in {started.produce_s:.1f}s"
+            f"snapshot {start.recipients:,} recipients in {start.snapshot_s:.1f}s, "
+            f"produced {start.produced:,} in {start.produce_s:.1f}s"
         )
-        progress = wait_until_finished(settings, campaign_id, pool, options, began)
+        summary["snapshot_s"] = round(start.snapshot_s, 2)
+        summary["produce_s"] = round(start.produce_s, 2)
+        wait_until_finished(settings, campaign_id, pool, options, began)
+    except (Exception, KeyboardInterrupt) as exc:
+        failure = exc
     finally:
         pool.stop()
-    elapsed = time.monotonic() - began
+    summary["elapsed_s"] = round(time.monotonic() - began, 2)
+    summary = finish_run(summary, started, failure, log)
+    if summary["campaign_id"] is not None:
+        try:
+            summary.update(_final_counts(settings, summary["campaign_id"]))
+        except (psycopg.Error, OSError) as exc:
+            summary["error"] = "; ".join(
+                filter(None, [summary.get("error"), f"final counts: {error_text(exc)}"])
+            )
+    summary.update(
+        {
+            "workers": options.workers,
+            "partitions": settings.partitions,
+            "worker_rss_mb_max": round(pool.max_rss_mb, 1),
+        }
+    )
+    return summary
+
+
+def _final_counts(settings: Settings, campaign_id: int) -> dict[str, Any]:
+    """Counts per status from our rows, duplicates and the busiest second from the stand-in."""
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        progress = CampaignStore(conn).progress(campaign_id)
     stats = standin_stats(settings, campaign_id)
-    summary = {
-        "campaign_id": campaign_id,
+    return {
         "recipients": progress.total,
-        "sent": progress["sent"],
-        "failed": progress["failed"],
-        "skipped": progress["skipped"],
-        "unknown": progress["unknown"],
-        "pending": progress["pending"],
-        "sending": progress["sending"],
-        "cancelled": progress["cancelled"],
+        **{status: progress[status] for status in STATUSES},
         "duplicates": stats.get("duplicates"),
         "accepted_by_ses": stats.get("accepted"),
-        "elapsed_s": round(elapsed, 2),
-        "snapshot_s": round(started.snapshot_s, 2),
-        "produce_s": round(started.produce_s, 2),
         "send_rate_per_s": round(progress.send_rate, 1),
-        "rate_limit": options.rate,
         "max_1s_window": stats.get("max_1s_window"),
-        "workers": options.workers,
-        "partitions": settings.partitions,
-        "worker_rss_mb_max": round(pool.max_rss_mb, 1),
         "status": progress["status"],
     }
-    return summary
 
 
 def wait_until_finished(

@@ -32,6 +32,7 @@ from flashsend.feedback_run import (
     wait_for,
     with_feedback,
 )
+from flashsend.lab_run import StartedCampaigns, finish_run
 from flashsend.settings import Settings
 from flashsend.workers import WorkerPool
 from infra.ses_standin.events_admin import SesEventsAdmin
@@ -95,11 +96,12 @@ def run_e2e(
     feedback = WorkerPool(s, log_dir, loglevel="info", role="feedback")
     senders = WorkerPool(s, log_dir, loglevel="warning")
     result: dict[str, Any] = {"users": options.users, "database": s.pg_database}
+    started = StartedCampaigns(s)
     try:
         events.wait_confirmed(sub["id"])
         feedback.start(1)
         senders.start(options.workers)
-        c1 = create_campaign(s, name="e2e-1", template=TEMPLATE[0], rate=options.rate)
+        c1 = started.add(create_campaign(s, name="e2e-1", template=TEMPLATE[0], rate=options.rate))
         start_campaign(s, c1)
         t_start = time.monotonic()
         log(f"campaign {c1} started at {options.rate:g}/s to {options.users:,} users")
@@ -144,7 +146,9 @@ def run_e2e(
             "u.id IN (SELECT user_id FROM campaign_recipients "
             f"WHERE campaign_id = {int(c1)} AND status = 'sent')"
         )
-        c2 = create_campaign(s, name="e2e-2", template=TEMPLATE[0], rate=0, audience=audience)
+        c2 = started.add(
+            create_campaign(s, name="e2e-2", template=TEMPLATE[0], rate=0, audience=audience)
+        )
         start_campaign(s, c2)
         c2_row = wait_for(
             f"campaign {c2} to finish",
@@ -186,6 +190,11 @@ def run_e2e(
         result["subscription"] = events.subscription(sub["id"])
         result["seconds"] = round(time.monotonic() - began, 1)
         return result
+    except (Exception, KeyboardInterrupt) as exc:
+        # Campaign 1 ends paused by design; a run stopped early cancels what it left live.
+        senders.stop()
+        result["ok"] = False
+        return finish_run(result, started, exc, log)
     finally:
         senders.stop()
         feedback.stop()

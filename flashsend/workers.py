@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -15,6 +17,8 @@ from flashsend.settings import Settings, settings_env
 from infra.process import pid_alive, terminate
 
 PR_SET_PDEATHSIG = 1
+_EXCEPTION_LINE = re.compile(r"^(\w+\.)*\w*(Error|Exception|Unavailable|Timeout)\b:")
+_ERROR_RECORD = re.compile(r"\[(ERROR|CRITICAL)\]")
 
 
 def _die_with_parent() -> None:
@@ -49,6 +53,7 @@ class WorkerPool:
     static: bool = False
     slots: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     pool_id: str = field(default_factory=lambda: secrets.token_hex(3))
+    log_files: dict[int, Path] = field(default_factory=dict)  # pid -> its stdout/stderr
 
     def _free_slot(self) -> int:
         slot = 0
@@ -68,7 +73,8 @@ class WorkerPool:
         if self.static:
             env["FLASHSEND_WORKER_INSTANCE"] = f"{self.pool_id}-{slot}"
         name = "worker" if self.role == "campaign" else f"{self.role}-worker"
-        log = open(self.log_dir / f"{name}-{self.started}.log", "ab")  # noqa: SIM115
+        log_file = self.log_dir / f"{name}-{self.started}.log"
+        log = open(log_file, "ab")  # noqa: SIM115
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -86,6 +92,7 @@ class WorkerPool:
             start_new_session=True,
         )
         log.close()
+        self.log_files[proc.pid] = log_file
         self.started += 1
         self.procs.append(proc)
         self.slots[slot] = proc
@@ -110,7 +117,33 @@ class WorkerPool:
             proc.wait(timeout=30)
 
     def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM every worker at once (a frozen one is continued first, or it would sit on
+        the signal until the SIGKILL `timeout` later), then wait for each."""
+        live = self.alive()
+        for p in live:
+            for sig in (signal.SIGCONT, signal.SIGTERM):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, sig)
+        for p in live:
+            terminate(p.pid, timeout=timeout)
         for p in self.procs:
-            if p.poll() is None:
-                terminate(p.pid, timeout=timeout)
-            p.wait(timeout=5)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=5)
+
+    def last_error(self, proc: subprocess.Popen[bytes], max_chars: int = 300) -> str | None:
+        """Why a worker exited, as it said it: the last exception line of its log, else its
+        last ERROR/CRITICAL record."""
+        log_file = self.log_files.get(proc.pid)
+        if log_file is None:
+            return None
+        try:
+            with open(log_file, "rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - 64_000))
+                lines = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            return None
+        for pattern in (_EXCEPTION_LINE, _ERROR_RECORD):
+            for line in reversed(lines):
+                if pattern.search(line):
+                    return line.strip()[:max_chars]
+        return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -18,13 +19,15 @@ from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
 from producers.reconcile import Reconciler
 from schemas.serde import AvroCodec, registry_client
-from sinks.recipient_store import RecipientStore
+from sinks.recipient_store import RecipientStore, StoreUnavailable
 from sinks.ses import SesSender, make_client
 from streams import faust_offsets
+from streams.backoff import backoff_delay
 from streams.campaign_state import CampaignCache
 from streams.sender import CampaignSender, PartitionFlow, SenderConfig
 
 log = logging.getLogger("flashsend.app")
+_RETRY_RNG = random.Random()
 
 TAKE_MAX = 100  # doorbells (of up to DOORBELL_BLOCK recipients) per batch handed to the sender
 TAKE_WITHIN_S = 0.05  # small: buffered events are unacked and would stall rebalances
@@ -105,11 +108,21 @@ class Runtime:
             return self.sender
 
     async def offsets(self, topic: str, partitions: list[int]) -> Mapping[int, int]:
+        """The stored offsets Faust seeks to after a rebalance. PostgreSQL being down or
+        restarting is waited out: an error here crashes the worker (Faust's recovery)."""
         await self.ensure_started()
         assert self.store is not None
         if topic != self.store.topic:
             return {}
-        return await self.store.ensure_and_load_offsets(partitions)
+        attempt = 0
+        while True:
+            try:
+                return await self.store.ensure_and_load_offsets(partitions)
+            except StoreUnavailable as exc:
+                attempt += 1
+                delay = backoff_delay(min(attempt, 10), base=0.1, cap=2.0, rng=_RETRY_RNG)
+                log.warning("loading offsets failed (attempt %d), retrying: %s", attempt, exc)
+                await asyncio.sleep(delay)
 
     async def stop(self) -> None:
         if self.sender is not None:

@@ -8,15 +8,43 @@ from pathlib import Path
 
 from flashsend.settings import load_settings
 
+DESCRIPTION = """\
+Runs on the local stack (`flashsend up` first): the main campaign (rate unlimited), a limiter
+sweep (one short campaign per rate), pause/resume cycles at --pause-rate and at full speed,
+then the naive one-SendEmail-per-user loop. Takes several minutes for 1M users. Prints a
+table, or one JSON object as the last line with --json (also when the run fails or is
+interrupted: then with an `error` field, and the campaigns it started cancelled); writes
+bench/results/<timestamp>.json and a PNG plot.
+
+Key figures: limiter_sweep / limiter_worst_ratio (busiest sliding second at the SES stand-in
+/ limit), pause_latency_ms (pause command returned -> last entry SES accepted), status_query_ms
+(timed while the main campaign sends), end_to_end_rate_per_s, cpu_us_per_recipient_product
+(the stand-in's CPU apart). docs/scaling.md explains each.
+
+Examples:
+  flashsend bench --json                                    # the full 1M run
+  flashsend bench --users 20000 --sweep-rates 37,777,3120 --sweep-seconds 4 --pauses 3 --json
+"""
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    from flashsend.bench_figures import parse_rates
+
+    try:
+        return tuple(parse_rates(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from flashsend.bench_figures import DEFAULT_SWEEP_RATES, DEFAULT_SWEEP_SECONDS
+
     p = sub.add_parser(
         "bench",
-        help="measure snapshot/produce/send rates, CPU per recipient, limiter accuracy, pause "
-        "latency, status query time and the naive baseline; writes bench/results/",
-        description="Runs on the local stack (`flashsend up` first). Takes several minutes for "
-        "1M users. Prints a table, or one JSON object as the last line with --json; also "
-        "writes bench/results/<timestamp>.json and a PNG plot.",
+        help="measure snapshot/produce/send rates, CPU per recipient, the limiter at 8 rates, "
+        "pause latency, status query time and the naive baseline; writes bench/results/",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--users",
@@ -29,7 +57,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--workers",
         type=int,
         default=2,
-        help="sending workers started for the campaign (default: %(default)s)",
+        help="sending workers started for the campaigns (default: %(default)s)",
     )
     p.add_argument(
         "--ses-latency-ms",
@@ -45,16 +73,34 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="users for the one-SendEmail-per-user baseline loop (default: %(default)s)",
     )
     p.add_argument(
-        "--limiter-seconds",
+        "--sweep-rates",
+        type=_rates,
+        default=DEFAULT_SWEEP_RATES,
+        metavar="R,R,…",
+        help="limits (recipients/s) of the limiter sweep, one short campaign each (default: "
+        + ",".join(f"{r:g}" for r in DEFAULT_SWEEP_RATES)
+        + ")",
+    )
+    p.add_argument(
+        "--sweep-seconds",
         type=float,
-        default=20.0,
-        help="how long each limiter run (600/s, then 3,000/s) sends (default: %(default)s)",
+        default=DEFAULT_SWEEP_SECONDS,
+        help="how long each sweep campaign sends: it gets rate x this many recipients; the "
+        "steady state leaves out its first and last second (default: %(default)s)",
     )
     p.add_argument(
         "--pauses",
         type=int,
-        default=10,
-        help="pause/resume cycles timed for pause_latency_ms (default: %(default)s)",
+        default=5,
+        help="pause/resume cycles timed at each of the two rates; 0 skips them "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--pause-rate",
+        type=float,
+        default=1000.0,
+        help="the limited campaign's rate for the pauses; the other runs at full speed "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--out",
@@ -72,22 +118,26 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from flashsend.bench import BenchOptions, run_bench
+    from flashsend.lab_run import sigterm_interrupts
 
-    result = run_bench(
-        load_settings(),
-        BenchOptions(
-            users=args.users,
-            workers=args.workers,
-            ses_latency_ms=args.ses_latency_ms,
-            naive_users=args.naive_users,
-            limiter_seconds=args.limiter_seconds,
-            pauses=args.pauses,
-            out_dir=args.out,
-        ),
-    )
+    with sigterm_interrupts():
+        result = run_bench(
+            load_settings(),
+            BenchOptions(
+                users=args.users,
+                workers=args.workers,
+                ses_latency_ms=args.ses_latency_ms,
+                naive_users=args.naive_users,
+                sweep_rates=args.sweep_rates,
+                sweep_seconds=args.sweep_seconds,
+                pauses=args.pauses,
+                pause_rate=args.pause_rate,
+                out_dir=args.out,
+            ),
+        )
     if args.json:
         print(json.dumps(result))
     else:
         for key, value in result.items():
             print(f"  {key:<24} {value}")
-    return 0
+    return 1 if "error" in result else 0

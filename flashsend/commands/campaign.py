@@ -234,15 +234,14 @@ def cmd_status(args: argparse.Namespace) -> int:
             time.sleep(2)
 
 
-def cmd_control(args: argparse.Namespace) -> int:
+def control_campaign(settings: Settings, campaign_id: int, action: str, reason: str | None) -> str:
+    """`flashsend campaign pause|resume|cancel`: returns once the change is in effect (what
+    the command prints)."""
     from streams.campaign_state import POLL_INTERVAL_S
 
-    settings = load_settings()
-    target = {"pause": "paused", "resume": "sending", "cancel": "cancelled"}[args.action]
+    target = {"pause": "paused", "resume": "sending", "cancel": "cancelled"}[action]
     with _connect(settings) as conn:
-        CampaignStore(conn).transition(
-            args.id, target, args.reason if target != "sending" else None
-        )
+        CampaignStore(conn).transition(campaign_id, target, reason if target != "sending" else None)
     if target in ("paused", "cancelled"):
         # Workers poll the campaign row every POLL_INTERVAL_S; once that has passed, every
         # lane has seen the new state, so at most the call already in flight completes.
@@ -250,10 +249,13 @@ def cmd_control(args: argparse.Namespace) -> int:
     if target == "sending":
         from producers.reconcile import requeue_after_resume
 
-        requeued = requeue_after_resume(settings, args.id)
-        print(f"campaign {args.id} resumed; {requeued:,} pending recipient(s) queued again")
-    else:
-        print(f"campaign {args.id} {target}")
+        requeued = requeue_after_resume(settings, campaign_id)
+        return f"campaign {campaign_id} resumed; {requeued:,} pending recipient(s) queued again"
+    return f"campaign {campaign_id} {target}"
+
+
+def cmd_control(args: argparse.Namespace) -> int:
+    print(control_campaign(load_settings(), args.id, args.action, args.reason))
     return 0
 
 

@@ -51,7 +51,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run a campaign while killing workers and restarting the broker/Postgres; "
         "check that nothing is lost and nobody is mailed twice",
         description="Needs the local stack (`flashsend up`): it stops and starts the broker and "
-        "PostgreSQL itself. Prints one JSON object as the last line with --json.",
+        "PostgreSQL itself. Prints one JSON object as the last line with --json, also when the "
+        "run fails or is interrupted (Ctrl-C, SIGTERM): then with an `error` field, the broker "
+        "and PostgreSQL started again and the campaign cancelled if unfinished. Example: "
+        "flashsend chaos --users 20000 --workers 2 --kill-every 5 --restart-postgres-at 10 "
+        "--zombie-at 4 --json",
     )
     p.add_argument(
         "--users", type=int, default=200_000, help="users to seed (default: %(default)s)"
@@ -170,6 +174,7 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
 
 def cmd_chaos(args: argparse.Namespace) -> int:
     from flashsend.chaos import ChaosOptions, run_chaos
+    from flashsend.lab_run import sigterm_interrupts
 
     options = ChaosOptions(
         users=args.users,
@@ -183,10 +188,11 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         lease_s=args.lease,
         timeout_s=args.timeout,
     )
-    result = run_chaos(load_settings(), options)
+    with sigterm_interrupts():
+        result = run_chaos(load_settings(), options)
     if args.json:
         print(json.dumps(result))
     else:
         for key, value in result.items():
             print(f"  {key:<20} {value}")
-    return 0 if result["invariants_ok"] else 1
+    return 0 if result.get("invariants_ok") else 1

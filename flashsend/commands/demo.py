@@ -15,7 +15,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Seeds N users (reused if already there), creates and starts a campaign, "
         "runs W real worker processes, shows live progress and ends with a summary. "
         "Duplicates and the busiest 1-s window are measured at the SES stand-in. "
-        "Needs the stack: run `flashsend up` first (make demo does).",
+        "Needs the stack: run `flashsend up` first (make demo does). With --json the summary "
+        "is printed also when the run fails or is interrupted (Ctrl-C, SIGTERM), with an "
+        "`error` field; a campaign left unfinished (failure, --timeout) is cancelled. "
+        "Example: flashsend demo --users 60000 --rate 777 --json",
     )
     p.add_argument("--users", type=int, default=1_000_000, help="users to seed (default 1M)")
     p.add_argument(
@@ -25,7 +28,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="campaign limit in recipients/s; 0 = unlimited (default)",
     )
     p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
-    p.add_argument("--timeout", type=float, default=1800.0, help="give up after this many s")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=1800.0,
+        help="give up (and cancel the campaign) after this many s (default: %(default)s)",
+    )
     p.add_argument(
         "--json",
         action="store_true",
@@ -36,17 +44,26 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from flashsend.demo import DemoOptions, run_demo
+    from flashsend.lab_run import sigterm_interrupts
 
     settings = load_settings()
-    summary = run_demo(
-        settings,
-        DemoOptions(users=args.users, rate=args.rate, workers=args.workers, timeout_s=args.timeout),
-    )
+    with sigterm_interrupts():
+        summary = run_demo(
+            settings,
+            DemoOptions(
+                users=args.users, rate=args.rate, workers=args.workers, timeout_s=args.timeout
+            ),
+        )
     if args.json:
         print(json.dumps(summary))
     else:
         print("\nsummary:")
         for key, value in summary.items():
             print(f"  {key:<18} {value}")
-    ok = summary["pending"] == 0 and summary["sending"] == 0 and summary["duplicates"] in (0, None)
+    ok = (
+        "error" not in summary
+        and summary.get("pending") == 0
+        and summary.get("sending") == 0
+        and summary.get("duplicates") in (0, None)
+    )
     return 0 if ok else 1

@@ -132,6 +132,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_e2e(args: argparse.Namespace) -> int:
     from flashsend.feedback_e2e import E2eOptions, run_e2e_scratch
+    from flashsend.lab_run import sigterm_interrupts
 
     options = E2eOptions(
         users=args.users,
@@ -142,8 +143,9 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         workers=args.workers,
         timeout_s=args.timeout,
     )
-    result = run_e2e_scratch(
-        load_settings(), options, log=(lambda _m: None) if args.json else print
-    )
+    with sigterm_interrupts():
+        result = run_e2e_scratch(
+            load_settings(), options, log=(lambda _m: None) if args.json else print
+        )
     print(json.dumps(result, indent=None if args.json else 2))
     return 0 if result.get("ok") else 1

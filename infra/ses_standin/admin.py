@@ -26,6 +26,9 @@ class Stats(TypedDict):
     first_ts: float | None
     last_ts: float | None
     rendering_failures: int
+    hung_calls: int  # process-wide: calls accepted and never answered
+    hung_recipients: int
+    now: float  # the stand-in's clock (epoch seconds) when it answered
 
 
 class Faults(TypedDict):

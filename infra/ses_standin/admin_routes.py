@@ -3,7 +3,7 @@
 | route                                        | answer                                       |
 |----------------------------------------------|----------------------------------------------|
 | GET  /_admin/health                          | {"ok": true}                                 |
-| GET  /_admin/stats[?campaign=C]              | accepted, duplicates, max_1s_window, …       |
+| GET  /_admin/stats[?campaign=C]              | accepted, duplicates, max_1s_window, …, now  |
 | GET  /_admin/rate[?campaign=C&bucket_ms=N]   | [[bucket start, recipients], …]              |
 | GET  /_admin/messages[?campaign=C|destination=A][&limit=N] | last N journal records         |
 | GET  /_admin/faults, POST /_admin/faults     | current settings (POST: partial update)      |
@@ -48,6 +48,9 @@ class AdminApi:
         # Process-wide (not per campaign): calls accepted and never answered.
         stats["hung_calls"] = self.account.hung_calls
         stats["hung_recipients"] = self.account.hung_recipients
+        # The stand-in's clock when it answered: acceptance times (first_ts, last_ts) are on
+        # this clock, so a client compares its own against it before subtracting the two.
+        stats["now"] = time.time()
         return _ok(stats)
 
     async def rate(self, request: web.Request) -> web.Response:
