@@ -18,6 +18,7 @@ from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
 from producers.reconcile import Reconciler
 from schemas.serde import AvroCodec, registry_client
+from sinks.offsets import Assignment
 from sinks.recipient_store import RecipientStore
 from sinks.ses import SesSender, make_client
 from streams import faust_offsets
@@ -104,12 +105,13 @@ class Runtime:
             await asyncio.to_thread(metrics_state.start, s, "campaign")  # /metrics (issue 8)
             return self.sender
 
-    async def offsets(self, topic: str, partitions: list[int]) -> Mapping[int, int]:
+    async def offsets(self, assignment: Assignment) -> Mapping[int, int]:
+        """The transport's offset source: take the assigned partitions (sinks.offsets)."""
         await self.ensure_started()
         assert self.store is not None
-        if topic != self.store.topic:
+        if assignment.topic != self.store.topic:
             return {}
-        return await self.store.ensure_and_load_offsets(partitions)
+        return await self.store.offsets.take(assignment)
 
     async def stop(self) -> None:
         if self.sender is not None:
