@@ -106,10 +106,11 @@ async def _worker(runtime: Runtime) -> CampaignSender:
 def test_a_batch_overlapping_the_stored_offset_claims_every_record_past_it(
     settings: Settings,
 ) -> None:
-    """The old owner claimed offsets 100-149; the new owner's consumer still delivers 100-130
-    and 131-199 (fetched before its seek, or redelivered). Records below 150 are skipped one
-    by one and 150-199 are claimed. The old fence dropped both batches whole: 150-199 waited
-    for an orphan pass that never comes while anything else is produced."""
+    """The old owner claimed offsets 100-139; the new owner's consumer still delivers 100-130
+    and 131-199 (fetched before its seek, or redelivered). Records below 140 are skipped one
+    by one and 140-199 are claimed. The old fence dropped whole claim chunks (half a lane,
+    here 125-149): 140-149 waited for an orphan pass that never comes while anything else is
+    produced."""
     seed_users(settings.pg_dsn, 150)
     put_template(settings)
     cid = new_campaign(settings)
@@ -122,9 +123,9 @@ def test_a_batch_overlapping_the_stored_offset_claims_every_record_past_it(
         old, new = Runtime(settings), Runtime(settings)
         try:
             old_sender = await _worker(old)
-            await old_sender.handle(records[:50])
-            assert await _until(_all_sent(settings, cid, seqs[:50]), 20)
-            new_sender = await _worker(new)  # the partition moves: a newer epoch, offset 150
+            await old_sender.handle(records[:40])
+            assert await _until(_all_sent(settings, cid, seqs[:40]), 20)
+            new_sender = await _worker(new)  # the partition moves: a newer epoch, offset 140
             await new_sender.handle(records[:31])
             await new_sender.handle(records[31:])
             await _until(_all_sent(settings, cid, seqs), 20)
@@ -135,7 +136,7 @@ def test_a_batch_overlapping_the_stored_offset_claims_every_record_past_it(
 
     new_stats = asyncio.run(scenario())
     assert _status_of(settings, cid, seqs) == {"sent": 100}
-    assert new_stats["fenced"] == 50 and new_stats["claimed"] == 50, new_stats
+    assert new_stats["fenced"] == 40 and new_stats["claimed"] == 60, new_stats
     assert stored_offsets(settings, settings.group_sender, settings.topic_recipients) == {0: 200}
     assert stats(settings, cid)["duplicates"] == 0
 
