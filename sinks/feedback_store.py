@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -20,9 +20,8 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from sinks import offsets
+from sinks.offsets import Fence, PartitionOffsets, PartitionSpan, StoreUnavailable
 from sinks.queries import query
-from sinks.recipient_store import PartitionSpan, StoreUnavailable
 from streams.feedback_logic import FeedbackEffect, Thresholds, Window, pause_reason
 
 log = logging.getLogger("flashsend.feedback.store")
@@ -34,7 +33,8 @@ class ApplyOutcome:
     suppressed: int = 0  # addresses newly suppressed
     paused: list[tuple[int, str]] = field(default_factory=list)  # (campaign, reason)
     over_threshold: list[tuple[int, str, str]] = field(default_factory=list)  # not sending
-    fenced_partitions: list[int] = field(default_factory=list)
+    fenced: int = 0  # records below the stored offset: applied before
+    stale: dict[int, int | None] = field(default_factory=dict)  # partition -> epoch held here
 
 
 class FeedbackStore:
@@ -45,25 +45,24 @@ class FeedbackStore:
         self.group_id = group_id
         self.topic = topic
         self.thresholds = thresholds
-
-    async def ensure_and_load_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
-        return await offsets.ensure_and_load(self._pool, self.group_id, self.topic, partitions)
+        self.offsets = PartitionOffsets(pool, group_id=group_id, topic=topic)
 
     async def apply(
-        self, spans: Sequence[PartitionSpan], effects: dict[int, list[FeedbackEffect]]
+        self, spans: Sequence[PartitionSpan], effects: dict[int, list[tuple[int, FeedbackEffect]]]
     ) -> ApplyOutcome:
-        try:
-            async with self._pool.connection() as conn, conn.transaction():
-                advanced, fenced = await offsets.advance(conn, self.group_id, self.topic, spans)
-                todo = [e for p in sorted(advanced) for e in effects.get(p, [])]
-                if not todo:
-                    return ApplyOutcome(fenced_partitions=fenced)
-                return await self._apply_effects(conn, todo, fenced)
-        except psycopg.Error as exc:
-            raise StoreUnavailable(str(exc)) from exc
+        """Advance the fenced offsets and apply the (offset, effect) pairs the fence keeps, in
+        ONE transaction."""
+
+        async def apply(conn: psycopg.AsyncConnection[Any], fence: Fence) -> ApplyOutcome:
+            kept, fenced = fence.keep(effects)
+            todo = [e for p in sorted(kept) for e in kept[p]]
+            outcome = ApplyOutcome() if not todo else await self._apply_effects(conn, todo)
+            return replace(outcome, fenced=fenced, stale=dict(fence.stale))
+
+        return await self.offsets.transaction(spans, apply)
 
     async def _apply_effects(
-        self, conn: psycopg.AsyncConnection[Any], todo: list[FeedbackEffect], fenced: list[int]
+        self, conn: psycopg.AsyncConnection[Any], todo: list[FeedbackEffect]
     ) -> ApplyOutcome:
         cur = await conn.execute(
             query("apply_feedback"),
@@ -94,7 +93,7 @@ class FeedbackStore:
             )
             if await cur.fetchone() is not None:
                 paused.append((campaign_id, reason))
-        return ApplyOutcome(fresh, suppressed, paused, over, fenced)
+        return ApplyOutcome(fresh, suppressed, paused, over)
 
     async def purge_seen(self, horizon: datetime, limit: int = 10_000) -> int:
         """Delete dedupe ids older than `horizon`, in batches; returns how many."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -18,9 +18,8 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from sinks import offsets
+from sinks.offsets import Fence, PartitionOffsets, PartitionSpan, StoreUnavailable
 from sinks.queries import query
-from sinks.recipient_store import PartitionSpan, StoreUnavailable
 from streams.mail_logic import (
     CancelMail,
     CancelResult,
@@ -77,7 +76,8 @@ class IngestOutcome:
     created: int
     duplicates: int
     cancels: list[tuple[str, CancelResult]]
-    fenced_partitions: list[int]
+    fenced: int = 0  # records below the stored offset: applied before
+    stale: dict[int, int | None] = field(default_factory=dict)  # partition -> epoch held here
 
 
 def lifecycle_params(
@@ -152,39 +152,37 @@ class MailStore:
         self.group_id = group_id
         self.topic = topic
         self.lifecycle_topic = lifecycle_topic
-
-    async def ensure_and_load_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
-        return await offsets.ensure_and_load(self._pool, self.group_id, self.topic, partitions)
+        self.offsets = PartitionOffsets(pool, group_id=group_id, topic=topic)
 
     async def ingest(
-        self, spans: Sequence[PartitionSpan], commands: dict[int, list[Command]]
+        self, spans: Sequence[PartitionSpan], commands: dict[int, list[tuple[int, Command]]]
     ) -> IngestOutcome:
-        """Advance the fenced offsets and apply the commands of the advanced partitions, in
+        """Advance the fenced offsets and apply the (offset, command) pairs the fence keeps, in
         offset order, in ONE transaction: the rows and the offsets commit together or not at
         all, so a crash anywhere replays the batch and the ON CONFLICTs absorb it."""
-        created = duplicates = 0
-        cancels: list[tuple[str, CancelResult]] = []
-        events: list[tuple[Transition, str, str | None]] = []
-        try:
-            async with self._pool.connection() as conn, conn.transaction():
-                advanced, fenced = await offsets.advance(conn, self.group_id, self.topic, spans)
-                for partition in sorted(advanced):
-                    for cmd in commands.get(partition, []):
-                        if isinstance(cmd, CreateMail):
-                            cur = await conn.execute(query("insert_mail"), create_params(cmd))
-                            if await cur.fetchone():
-                                created += 1
-                            else:
-                                duplicates += 1
+
+        async def apply(conn: psycopg.AsyncConnection[Any], fence: Fence) -> IngestOutcome:
+            kept, fenced = fence.keep(commands)
+            created = duplicates = 0
+            cancels: list[tuple[str, CancelResult]] = []
+            events: list[tuple[Transition, str, str | None]] = []
+            for partition in sorted(kept):
+                for cmd in kept[partition]:
+                    if isinstance(cmd, CreateMail):
+                        cur = await conn.execute(query("insert_mail"), create_params(cmd))
+                        if await cur.fetchone():
+                            created += 1
                         else:
-                            cur = await conn.execute(query("cancel_mail"), cancel_params(cmd))
-                            results, evs = cancel_outcome(await cur.fetchall())
-                            cancels += results
-                            events += evs
-                await self._emit(conn, events)
-        except psycopg.Error as exc:
-            raise StoreUnavailable(str(exc)) from exc
-        return IngestOutcome(created, duplicates, cancels, fenced)
+                            duplicates += 1
+                    else:
+                        cur = await conn.execute(query("cancel_mail"), cancel_params(cmd))
+                        results, evs = cancel_outcome(await cur.fetchall())
+                        cancels += results
+                        events += evs
+            await self._emit(conn, events)
+            return IngestOutcome(created, duplicates, cancels, fenced, dict(fence.stale))
+
+        return await self.offsets.transaction(spans, apply)
 
     async def claim(self, limit: int, lease_s: float) -> list[ClaimedMail]:
         """The rows to send now (see claim_batch; suppressed rows are ended there)."""

@@ -1,7 +1,9 @@
 """RecipientStore: the campaign sender's view of PostgreSQL, one method per named statement.
 
-Claim + offset advance happen in ONE transaction (`claim_batch`): either both the claimed rows
-and the new offsets are committed, or neither. psycopg errors are translated here into
+Claim + offset advance happen in ONE transaction (`claim_batch`, through
+`sinks.offsets.PartitionOffsets.transaction`): either both the claimed rows and the new offsets
+are committed, or neither. Only the recipients of records at or above the stored offset of a
+partition this worker owns (its epoch) are claimed. psycopg errors are translated here into
 `StoreUnavailable` (retry later) so stream code never sees a driver exception.
 
 The claim and the results name the campaign's own partition when it has one with the counter
@@ -13,7 +15,7 @@ database) go through the parent with the same checks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -21,8 +23,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from sinks import offsets
-from sinks.offsets import PartitionSpan, StoreUnavailable
+from sinks.offsets import Fence, PartitionOffsets, PartitionSpan, StoreUnavailable
 from sinks.pg_arrays import int_array, text_array
 from sinks.queries import query
 from sinks.recipient_partitions import DIRECT_TRIGGER, partition_name, partition_of
@@ -39,11 +40,17 @@ class ClaimedRecipient:
     first_name: str | None
 
 
+# A recipient to claim: (Kafka offset of its doorbell, (campaign id, seq)).
+OfferedKey = tuple[int, tuple[int, int]]
+
+
 @dataclass(frozen=True)
 class ClaimOutcome:
     claimed: list[ClaimedRecipient]
     skipped: int
-    fenced_partitions: list[int]  # partitions whose batch someone else already processed
+    fenced: int = 0  # recipients whose doorbell is below the stored offset: claimed before
+    stale: dict[int, int | None] = field(default_factory=dict)  # partition -> epoch held here
+    epochs: dict[int, int] = field(default_factory=dict)  # partition -> epoch claimed under
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,7 @@ class RecipientStore:
         self.dsn = str(pool.conninfo)
         self.group_id = group_id
         self.topic = topic
+        self.offsets = PartitionOffsets(pool, group_id=group_id, topic=topic)
         # Per campaign: its partition's statements, or None (use the parent). A partition
         # only disappears once its campaign is settled (retire); a statement that then finds
         # no table forgets this and fails as StoreUnavailable, and the retry asks again.
@@ -117,31 +125,35 @@ class RecipientStore:
             self._partitions.clear()  # a partition was retired since we looked
         return StoreUnavailable(str(exc))
 
-    async def ensure_and_load_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
-        return await offsets.ensure_and_load(self._pool, self.group_id, self.topic, partitions)
-
     async def claim_batch(
-        self, spans: Sequence[PartitionSpan], keys_by_partition: dict[int, list[tuple[int, int]]]
+        self, spans: Sequence[PartitionSpan], keys_by_partition: dict[int, list[OfferedKey]]
     ) -> ClaimOutcome:
+        """Advance the offsets of `spans` and claim the recipients the fence keeps, in ONE
+        transaction."""
+
+        async def claim(conn: psycopg.AsyncConnection[Any], fence: Fence) -> ClaimOutcome:
+            kept, fenced = fence.keep(keys_by_partition)
+            seqs_by_campaign: dict[int, list[int]] = {}
+            for keys in kept.values():
+                for cid, seq in keys:
+                    seqs_by_campaign.setdefault(cid, []).append(seq)
+            rows = await self._claim(conn, seqs_by_campaign)
+            claimed: list[ClaimedRecipient] = []
+            skipped = 0
+            for cid, seq, user_id, email, first_name, status in rows:
+                if status == "sending":
+                    claimed.append(ClaimedRecipient(cid, seq, user_id, email, first_name))
+                elif status == "skipped":
+                    skipped += 1
+                # 'pending': a paused campaign's row, flagged for requeue on resume
+            return ClaimOutcome(claimed, skipped, fenced, dict(fence.stale), dict(fence.epochs))
+
         try:
-            async with self._pool.connection() as conn, conn.transaction():
-                advanced, fenced = await offsets.advance(conn, self.group_id, self.topic, spans)
-                seqs_by_campaign: dict[int, list[int]] = {}
-                for p in advanced:
-                    for cid, seq in keys_by_partition.get(p, []):
-                        seqs_by_campaign.setdefault(cid, []).append(seq)
-                rows = await self._claim(conn, seqs_by_campaign)
-                claimed: list[ClaimedRecipient] = []
-                skipped = 0
-                for cid, seq, user_id, email, first_name, status in rows:
-                    if status == "sending":
-                        claimed.append(ClaimedRecipient(cid, seq, user_id, email, first_name))
-                    elif status == "skipped":
-                        skipped += 1
-                    # 'pending': a paused campaign's row, flagged for requeue on resume
-                return ClaimOutcome(claimed, skipped, fenced)
-        except psycopg.Error as exc:
-            raise self._unavailable(exc) from exc
+            return await self.offsets.transaction(spans, claim)
+        except StoreUnavailable as exc:
+            if isinstance(exc.__cause__, psycopg.errors.UndefinedTable):
+                self._partitions.clear()  # a partition was retired since we looked
+            raise
 
     async def _claim(
         self, conn: psycopg.AsyncConnection[Any], seqs_by_campaign: dict[int, list[int]]

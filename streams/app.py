@@ -19,6 +19,7 @@ from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
 from producers.reconcile import Reconciler
 from schemas.serde import AvroCodec, registry_client
+from sinks.offsets import Assignment
 from sinks.recipient_store import RecipientStore, StoreUnavailable
 from sinks.ses import SesSender, make_client
 from streams import faust_offsets
@@ -107,21 +108,22 @@ class Runtime:
             await asyncio.to_thread(metrics_state.start, s, "campaign")  # /metrics (issue 8)
             return self.sender
 
-    async def offsets(self, topic: str, partitions: list[int]) -> Mapping[int, int]:
-        """The stored offsets Faust seeks to after a rebalance. PostgreSQL being down or
-        restarting is waited out: an error here crashes the worker (Faust's recovery)."""
+    async def offsets(self, assignment: Assignment) -> Mapping[int, int]:
+        """The transport's offset source: take the assigned partitions (sinks.offsets).
+        PostgreSQL being down or restarting is waited out: an error here crashes the worker
+        (Faust's recovery)."""
         await self.ensure_started()
         assert self.store is not None
-        if topic != self.store.topic:
+        if assignment.topic != self.store.topic:
             return {}
         attempt = 0
         while True:
             try:
-                return await self.store.ensure_and_load_offsets(partitions)
+                return await self.store.offsets.take(assignment)
             except StoreUnavailable as exc:
                 attempt += 1
                 delay = backoff_delay(min(attempt, 10), base=0.1, cap=2.0, rng=_RETRY_RNG)
-                log.warning("loading offsets failed (attempt %d), retrying: %s", attempt, exc)
+                log.warning("taking offsets failed (attempt %d), retrying: %s", attempt, exc)
                 await asyncio.sleep(delay)
 
     async def stop(self) -> None:

@@ -6,6 +6,13 @@ overwritten. The one reliable place is `seek_to_committed()` itself: we override
 partitions of our managed topics to the `next_offset` stored in Postgres (written in the same
 transaction as the claims), and let Faust handle any other partition as usual.
 
+It is also where a worker becomes the owner of the partitions it was just assigned: the first
+seek after `on_partitions_assigned` asks the store to take a new epoch for them
+(sinks.offsets.Assignment), together with the topic's Kafka id and log bounds, so a recreated
+topic is detected. Faust seeks again at other times (while its flow is stopped); those seeks
+only read the stored offsets and never take an epoch, so a worker resumed after losing its
+partitions (a zombie) cannot make itself their owner again before the group says so.
+
 The transport is registered under the URL scheme `pgkafka://`; the app supplies the store
 through `app.offset_source` (see streams/app.py).
 """
@@ -18,18 +25,47 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any, ClassVar
 
+from confluent_kafka import KafkaException, TopicCollection
+from confluent_kafka.admin import AdminClient
 from faust.transport.drivers import TRANSPORTS
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaFaustConsumer
 from faust.transport.drivers.aiokafka import Transport as AIOKafkaTransport
+from faust.transport.drivers.aiokafka import server_list
 from faust.types import TP
 from mode.services import WaitResults
+
+from sinks.offsets import Assignment
 
 log = logging.getLogger("flashsend.offsets")
 
 SCHEME = "pgkafka"
 
-# (topic, partitions) -> {partition: next_offset}
-OffsetSource = Callable[[str, list[int]], Awaitable[Mapping[int, int]]]
+# The assigned partitions of one topic -> {partition: next_offset}
+OffsetSource = Callable[[Assignment], Awaitable[Mapping[int, int]]]
+TOPIC_ID_TIMEOUT_S = 5.0
+
+
+class TopicIds:
+    """Kafka topic ids, through confluent-kafka's admin client (aiokafka's metadata requests
+    predate topic ids). A topic deleted and created again under its name gets a new id."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self._admin: AdminClient | None = None
+
+    def get(self, topic: str) -> str | None:
+        """The topic's id; None when the broker does not say (the caller then judges by the
+        log bounds alone)."""
+        try:
+            if self._admin is None:
+                self._admin = AdminClient({"bootstrap.servers": self.bootstrap})
+            futures = self._admin.describe_topics(
+                TopicCollection([topic]), request_timeout=TOPIC_ID_TIMEOUT_S
+            )
+            return str(futures[topic].result(timeout=TOPIC_ID_TIMEOUT_S).topic_id)
+        except (KafkaException, TimeoutError, ValueError) as exc:
+            log.warning("no topic id for %s: %s", topic, exc)
+            return None
 
 
 async def _resume(coro: Coroutine[Any, Any, Any], yielded: Any) -> Any:
@@ -88,6 +124,12 @@ class PgOffsetsConsumer(AIOKafkaFaustConsumer):
             raise
         return await super().wait_first(_resume(callback, yielded), suspended)
 
+    async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
+        # The next seek takes a new epoch for these (an eager rebalance assigns every
+        # partition again, so each member of the new generation takes all of its own).
+        self._to_take = set(assigned)
+        await super().on_partitions_assigned(assigned, generation_id)
+
     async def seek_to_committed(self) -> Mapping[TP, int]:
         committed: dict[TP, int] = dict(await super().seek_to_committed())
         source: OffsetSource | None = getattr(self.app, "offset_source", None)
@@ -98,9 +140,13 @@ class PgOffsetsConsumer(AIOKafkaFaustConsumer):
         for tp in self.assignment():
             if tp.topic in managed:
                 by_topic.setdefault(tp.topic, []).append(tp.partition)
+        to_take: set[TP] = getattr(self, "_to_take", set())
         seeks: dict[TP, int] = {}
         for topic, partitions in by_topic.items():
-            stored = await source(topic, sorted(partitions))
+            new = frozenset(p for p in partitions if TP(topic, p) in to_take)
+            assignment = await self._describe(topic, sorted(partitions), new)
+            stored = await source(assignment)
+            to_take.difference_update(TP(topic, p) for p in new)
             for partition in partitions:
                 seeks[TP(topic, partition)] = int(stored.get(partition, 0))
         if seeks:
@@ -111,6 +157,32 @@ class PgOffsetsConsumer(AIOKafkaFaustConsumer):
             )
         committed.update(seeks)
         return committed
+
+    async def _describe(self, topic: str, partitions: list[int], new: frozenset[int]) -> Assignment:
+        """The assignment of `topic`, with its id and the log bounds of the new partitions."""
+        if not new:
+            return Assignment(topic, tuple(partitions), new)
+        tps = [TP(topic, p) for p in sorted(new)]
+        ids: TopicIds | None = getattr(self, "_topic_ids", None)
+        if ids is None:
+            transport: Any = self.transport
+            bootstrap = ",".join(server_list(transport.url, transport.default_port))
+            ids = self._topic_ids = TopicIds(bootstrap)
+        topic_id = await asyncio.to_thread(ids.get, topic)
+        try:
+            start = await self.earliest_offsets(*tps)
+            end = await self.highwaters(*tps)
+        except Exception as exc:  # the store then keeps the stored offsets as they are
+            log.warning("no log bounds for %s: %s", topic, exc)
+            start, end = {}, {}
+        return Assignment(
+            topic,
+            tuple(partitions),
+            new,
+            topic_id,
+            {tp.partition: int(o) for tp, o in start.items() if o is not None},
+            {tp.partition: int(o) for tp, o in end.items() if o is not None},
+        )
 
 
 class PgOffsetsTransport(AIOKafkaTransport):

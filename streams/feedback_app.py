@@ -28,6 +28,7 @@ from producers.dlq import DeadLetterProducer
 from producers.mail_topics import ensure_mail_topics
 from schemas.serde import AvroCodec, registry_client
 from sinks.feedback_store import FeedbackStore
+from sinks.offsets import Assignment
 from streams import faust_offsets
 from streams.feedback_ingest import FeedbackIngest
 
@@ -75,12 +76,13 @@ class FeedbackRuntime:
             self._purge_task = asyncio.create_task(self._purge_loop(), name="feedback-purge")
             return self.ingest
 
-    async def offsets(self, topic: str, partitions: list[int]) -> Mapping[int, int]:
+    async def offsets(self, assignment: Assignment) -> Mapping[int, int]:
+        """The transport's offset source: take the assigned partitions (sinks.offsets)."""
         await self.ensure_started()
         assert self.store is not None
-        if topic != self.store.topic:
+        if assignment.topic != self.store.topic:
             return {}
-        return await self.store.ensure_and_load_offsets(partitions)
+        return await self.store.offsets.take(assignment)
 
     async def _purge_loop(self) -> None:
         while True:

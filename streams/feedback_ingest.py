@@ -8,6 +8,8 @@ mail.events is shared. The `flashsend.schema` header says whose a record is:
   later by someone else — is not ours: skipped and counted, never dead-lettered. Its offset still
   advances with the batch.
 
+Records below a partition's stored offset are skipped one by one (applied before), and nothing
+of a partition another worker now owns (a newer epoch) is applied (sinks.offsets).
 A database or DLQ outage is retried here with backoff and jitter, never acknowledged past: the
 offsets only move with the effects (Faust acks the batch whatever happens, so giving up would
 skip it; see design §4).
@@ -26,7 +28,7 @@ from flashsend import metrics
 from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
 from schemas.serde import AvroCodec, SerdeError
 from sinks.feedback_store import ApplyOutcome, FeedbackStore
-from sinks.recipient_store import PartitionSpan, StoreUnavailable
+from sinks.offsets import PartitionSpan, StoreUnavailable
 from streams.backoff import backoff_delay
 from streams.feedback_logic import FeedbackEffect, ses_effect, unsubscribe_effect
 from streams.mail_ingest import Record
@@ -88,7 +90,7 @@ class FeedbackIngest:
         if not records:
             return None
         spans: dict[int, PartitionSpan] = {}
-        effects: dict[int, list[FeedbackEffect]] = {}
+        effects: dict[int, list[tuple[int, FeedbackEffect]]] = {}
         dead: list[DeadLetter] = []
         for rec in records:
             span = spans.get(rec.partition)
@@ -108,7 +110,7 @@ class FeedbackIngest:
                 )
                 dead.append(parsed)
             elif parsed is not None:
-                effects.setdefault(rec.partition, []).append(parsed)
+                effects.setdefault(rec.partition, []).append((rec.offset, parsed))
         if dead:
             await self._retry(self.dlq.publish, dead)
             self.stats["dead"] += len(dead)
@@ -120,9 +122,14 @@ class FeedbackIngest:
         self.stats["applied"] += outcome.fresh
         self.stats["suppressed"] += outcome.suppressed
         metrics.count_suppressions("feedback", outcome.suppressed)
-        if outcome.fenced_partitions:
-            self.stats["fenced"] += len(outcome.fenced_partitions)
-            log.warning("fenced partitions %s: already processed", outcome.fenced_partitions)
+        self.stats["fenced"] += outcome.fenced
+        if outcome.stale:
+            self.stats["overtaken"] += len(outcome.stale)
+            log.warning(
+                "partitions %s (epochs held here) belong to another worker now: their records "
+                "are left to it until the next assignment",
+                outcome.stale,
+            )
         for campaign_id, reason in outcome.paused:
             self.stats["paused"] += 1
             log.warning("ALERT campaign %s paused automatically: %s", campaign_id, reason)

@@ -31,6 +31,7 @@ from producers.mail_topics import ensure_mail_topics, topic_retention_s
 from producers.outbox_relay import OutboxRelay, RelayConfig
 from schemas.serde import AvroCodec, registry_client
 from sinks.mail_store import MailStore, StoreUnavailable
+from sinks.offsets import Assignment
 from sinks.ses import SesSender, make_client
 from streams import faust_offsets
 from streams.backoff import RetryPolicy
@@ -155,12 +156,13 @@ class MailRuntime:
             await asyncio.to_thread(metrics_state.start, s, "mail")  # /metrics (issue 8)
             return self.ingest
 
-    async def offsets(self, topic: str, partitions: list[int]) -> Mapping[int, int]:
+    async def offsets(self, assignment: Assignment) -> Mapping[int, int]:
+        """The transport's offset source: take the assigned partitions (sinks.offsets)."""
         await self.ensure_started()
         assert self.store is not None
-        if topic != self.store.topic:
+        if assignment.topic != self.store.topic:
             return {}
-        return await self.store.ensure_and_load_offsets(partitions)
+        return await self.store.offsets.take(assignment)
 
     async def _purge_loop(self) -> None:
         s = self.settings

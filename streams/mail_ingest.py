@@ -4,9 +4,10 @@
 poison to the DLQ at once (unparseable, unknown type or version: retrying would block the
 partition forever, seed architecture-2 trap 5), drop stale events (older than
 `max_age_s`: the replay trap), then ONE transaction that advances the fenced offsets and
-inserts/cancels (MailStore.ingest). A database outage is transient: retried here with backoff
-and jitter until it comes back, never acknowledged past (trap 1: the offset only moves with
-the rows).
+inserts/cancels (MailStore.ingest): records below a partition's stored offset are skipped one
+by one, and nothing of a partition another worker now owns (a newer epoch) is applied. A
+database outage is transient: retried here with backoff and jitter until it comes back, never
+acknowledged past (trap 1: the offset only moves with the rows).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from flashsend import metrics
 from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
 from schemas.serde import AvroCodec, SerdeError
 from sinks.mail_store import IngestOutcome, MailStore
-from sinks.recipient_store import PartitionSpan, StoreUnavailable
+from sinks.offsets import PartitionSpan, StoreUnavailable
 from streams.backoff import backoff_delay
 from streams.mail_logic import CancelMail, Command, CreateMail, Ignore, Poison, parse_order_event
 
@@ -52,7 +53,8 @@ class IngestStats:
     cancels: int = 0
     stale: int = 0
     dead: int = 0
-    fenced: int = 0
+    fenced: int = 0  # records skipped: below the stored offset
+    overtaken: int = 0  # partitions of a batch that another worker owns now
     retries: int = 0
     by_result: dict[str, int] = field(default_factory=dict)
 
@@ -101,7 +103,7 @@ class MailIngest:
             return None
         now_ms = int(time.time() * 1000)
         spans: dict[int, PartitionSpan] = {}
-        commands: dict[int, list[Command]] = {}
+        commands: dict[int, list[tuple[int, Command]]] = {}
         dead: list[DeadLetter] = []
         for rec in records:
             span = spans.get(rec.partition)
@@ -129,7 +131,7 @@ class MailIngest:
                     parsed.reason,
                 )
             else:
-                commands.setdefault(rec.partition, []).append(parsed)
+                commands.setdefault(rec.partition, []).append((rec.offset, parsed))
         if dead:
             await self._retry(self.dlq.publish, dead)
             self.stats.dead += len(dead)
@@ -142,20 +144,25 @@ class MailIngest:
             self.on_created()
         return outcome
 
-    def _account(self, outcome: IngestOutcome, commands: dict[int, list[Command]]) -> None:
+    def _account(
+        self, outcome: IngestOutcome, commands: dict[int, list[tuple[int, Command]]]
+    ) -> None:
         s = self.stats
         s.created += outcome.created
         s.duplicates += outcome.duplicates
-        s.cancels += sum(1 for cs in commands.values() for c in cs if isinstance(c, CancelMail))
+        s.cancels += sum(1 for cs in commands.values() for _, c in cs if isinstance(c, CancelMail))
         for _key, result in outcome.cancels:
             s.by_result[str(result)] = s.by_result.get(str(result), 0) + 1
-        if outcome.fenced_partitions:
-            s.fenced += len(outcome.fenced_partitions)
+        s.fenced += outcome.fenced
+        if outcome.stale:
+            s.overtaken += len(outcome.stale)
             log.warning(
-                "fenced partitions %s: already processed past this batch", outcome.fenced_partitions
+                "partitions %s (epochs held here) belong to another worker now: their records "
+                "are left to it until the next assignment",
+                outcome.stale,
             )
         for cs in commands.values():
-            for c in cs:
+            for _, c in cs:
                 if isinstance(c, CreateMail):
                     log.debug("mail event_id=%s dedupe_key=%s", c.event_id, c.dedupe_key)
 

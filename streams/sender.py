@@ -3,7 +3,11 @@
 `handle(batch)` runs in the Faust agent: it decodes each record once and queues it for its
 partition. A feeder per partition takes half a lane of records whenever its lane has room, and
 the chunks ready at the same moment go in ONE transaction that dead-letters poison, advances
-the fenced offsets and claims the rows. Claimed rows go to the lane of their partition.
+the fenced offsets and claims the rows (sinks.offsets: only recipients of doorbells at or above
+a partition's stored offset, and only under the epoch of its current owner). Claimed rows go
+to the lane of their partition. A claim that finds a partition taken by another worker (this
+one lost it, maybe while paused, and has not heard yet) stops that partition here until the
+group assigns it to this worker again.
 Each lane (one asyncio task per partition) paces its calls (R/P per campaign), re-checks the
 campaign right before each call, calls SES in a thread (bounded), and records the outcome in
 one statement. Offsets are advanced at claim time, so lanes may run
@@ -36,6 +40,8 @@ from schemas.serde import AvroCodec, SerdeError
 from sinks.campaign_store import SETTLED
 from sinks.recipient_store import (
     ClaimedRecipient,
+    ClaimOutcome,
+    OfferedKey,
     PartitionSpan,
     RecipientStore,
     RowResult,
@@ -437,11 +443,15 @@ class CampaignSender:
         # Chunks whose lane has room, waiting for the next claim transaction (_claim_together).
         self._ready: list[tuple[list[Queued], asyncio.Future[None]]] = []
         self._claimer: asyncio.Task[None] | None = None
+        # Partitions a claim found owned by another worker, with the epoch this worker held:
+        # their records are dropped until this worker holds a newer epoch (is assigned them).
+        self._lost: dict[int, int | None] = {}
         self.stats: dict[str, int] = {
             "claim_rounds": 0,
             "claimed": 0,
             "skipped": 0,
             "fenced": 0,
+            "overtaken": 0,
             "dead": 0,
             "calls": 0,
             "sent": 0,
@@ -464,8 +474,11 @@ class CampaignSender:
         share) holds back only its own partition; chunks ready together share one claim
         transaction."""
         self._raise_if_failed()
+        lost = self._lost
         for rec in sorted(records, key=lambda r: (r.partition, r.offset)):
             p = rec.partition
+            if lost and p in lost and self._lost_now(p):
+                continue  # another worker owns it now: its records are the new owner's
             if rec.offset <= self._last_queued.get(p, -1):
                 continue  # redelivered after a re-seek while still queued here
             self._last_queued[p] = rec.offset
@@ -603,7 +616,7 @@ class CampaignSender:
     async def _claim_round(self, items: Sequence[Queued]) -> None:
         self.stats["claim_rounds"] += 1
         spans: dict[int, PartitionSpan] = {}
-        keys: dict[int, list[tuple[int, int]]] = {}
+        keys: dict[int, list[OfferedKey]] = {}
         dead: list[DeadLetter] = []
         for item in items:
             rec, doorbell = item.rec, item.doorbell
@@ -618,7 +631,7 @@ class CampaignSender:
                 dead.append(item.dead_letter(item.error.reason, str(item.error)))
                 continue
             cid = doorbell["campaign_id"]
-            keys.setdefault(rec.partition, []).extend((cid, seq) for seq in item.seqs)
+            keys.setdefault(rec.partition, []).extend((rec.offset, (cid, seq)) for seq in item.seqs)
         unknown = await self._retry(self._unknown_campaigns, keys)
         if unknown:
             keys, dead = self._dead_for_unknown(items, keys, unknown, dead)
@@ -626,25 +639,73 @@ class CampaignSender:
             await self._retry(self.dlq.publish, dead)
             self.stats["dead"] += len(dead)
             metrics.count_dead_letters(self.dlq.topic, (d.reason for d in dead))
-        outcome = await self._retry(self.store.claim_batch, list(spans.values()), keys)
+        while spans:
+            outcome = await self._retry(self.store.claim_batch, list(spans.values()), keys)
+            await self._hand_to_lanes(outcome, keys)
+            # Refused under an epoch this worker has replaced since (it was assigned the
+            # partition again while the claim ran): its records are this worker's again, and
+            # the re-seek skipped them as still queued here, so they are claimed again now.
+            again = {p for p, held in outcome.stale.items() if self.store.offsets.epoch(p) != held}
+            for partition in sorted(outcome.stale.keys() - again):
+                await self._overtaken(partition, outcome.stale[partition])
+            spans = {p: span for p, span in spans.items() if p in again}
+            keys = {p: ks for p, ks in keys.items() if p in again}
+
+    async def _hand_to_lanes(
+        self, outcome: ClaimOutcome, keys: dict[int, list[OfferedKey]]
+    ) -> None:
         self.stats["claimed"] += len(outcome.claimed)
         self.stats["skipped"] += outcome.skipped
-        metrics.count_skipped((k[0] for ks in keys.values() for k in ks), outcome.skipped)
-        if outcome.fenced_partitions:
-            self.stats["fenced"] += len(outcome.fenced_partitions)
-            log.warning(
-                "fenced partitions %s: already processed by another worker",
-                outcome.fenced_partitions,
-            )
+        self.stats["fenced"] += outcome.fenced
+        metrics.count_skipped((key[0] for ks in keys.values() for _, key in ks), outcome.skipped)
+        if outcome.fenced:
+            log.info("%d recipients below the stored offsets: claimed before", outcome.fenced)
         by_partition: dict[int, list[ClaimedRecipient]] = {}
-        partition_of = {key: p for p, ks in keys.items() for key in ks}
+        partition_of = {key: p for p, ks in keys.items() for _, key in ks}
         for row in outcome.claimed:
             by_partition.setdefault(partition_of[(row.campaign_id, row.seq)], []).append(row)
         for partition, rows in by_partition.items():
+            self._lost_now(partition)  # claimed under a newer epoch: its lane runs again
             lane = self._lane(partition)
             lane.put(rows)
             if lane.revoked:  # revoked while we were claiming: not ours to send any more
                 await lane.revoke()
+
+    async def _overtaken(self, partition: int, held: int | None) -> None:
+        """A claim found the partition owned by another worker (a newer epoch): this worker
+        lost it, maybe while it was paused, and the group has not told it yet. It stops
+        sending the partition: the lane's queued rows are released (reconcile rings for them
+        again), the unclaimed records are forgotten, and records that still arrive are
+        dropped until the group assigns the partition to this worker again. No error: the
+        rebalance catches up."""
+        if partition in self._lost and self._lost[partition] == held:
+            return
+        self._lost[partition] = held
+        self.stats["overtaken"] += 1
+        log.warning(
+            "partition %s: another worker owns it now (epoch %s held here is stale); its lane "
+            "stops until the partition is assigned here again",
+            partition,
+            held,
+        )
+        self._forget_unclaimed(partition)
+        lane = self.lanes.get(partition)
+        if lane is not None and not lane.revoked:
+            await lane.revoke()
+
+    def _lost_now(self, partition: int) -> bool:
+        """Whether the partition is still another worker's: true while this worker holds the
+        epoch a claim found stale. A newer epoch (the partition was assigned here again)
+        ends that, and the lane, stopped for it, runs again."""
+        if partition not in self._lost:
+            return False
+        if self.store.offsets.epoch(partition) == self._lost[partition]:
+            return True
+        del self._lost[partition]
+        lane = self.lanes.get(partition)
+        if lane is not None and lane.revoked:
+            lane.assign()
+        return False
 
     async def reassign(self, owned: set[int]) -> None:
         """The partitions this worker owns after a rebalance: lanes of lost partitions stop
@@ -652,6 +713,9 @@ class CampaignSender:
         for partition in list(self._unclaimed):
             if partition not in owned:
                 self._forget_unclaimed(partition)
+        for partition in list(self._lost):
+            if partition not in owned:
+                del self._lost[partition]
         self._sync_flow()  # the assignment may have dropped our pauses
         for partition, lane in self.lanes.items():
             if partition not in owned and not lane.revoked:
@@ -680,8 +744,8 @@ class CampaignSender:
         lane.start()
         return lane
 
-    async def _unknown_campaigns(self, keys: Mapping[int, list[tuple[int, int]]]) -> set[int]:
-        ids = {cid for ks in keys.values() for cid, _ in ks}
+    async def _unknown_campaigns(self, keys: Mapping[int, list[OfferedKey]]) -> set[int]:
+        ids = {key[0] for ks in keys.values() for _, key in ks}
         missing = {cid for cid in ids if self.campaigns.get(cid) is None}
         if not missing:
             return set()
@@ -693,11 +757,11 @@ class CampaignSender:
     def _dead_for_unknown(
         self,
         items: Sequence[Queued],
-        keys: dict[int, list[tuple[int, int]]],
+        keys: dict[int, list[OfferedKey]],
         unknown: set[int],
         dead: list[DeadLetter],
-    ) -> tuple[dict[int, list[tuple[int, int]]], list[DeadLetter]]:
-        kept = {p: [k for k in ks if k[0] not in unknown] for p, ks in keys.items()}
+    ) -> tuple[dict[int, list[OfferedKey]], list[DeadLetter]]:
+        kept = {p: [k for k in ks if k[1][0] not in unknown] for p, ks in keys.items()}
         for item in items:
             doorbell = item.doorbell
             if doorbell is not None and doorbell["campaign_id"] in unknown:

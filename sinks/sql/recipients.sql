@@ -125,28 +125,6 @@ UPDATE {partition} r
  WHERE r.campaign_id = %(campaign_id)s AND r.seq = cand.seq AND r.status = 'pending'
 RETURNING r.campaign_id, r.seq, r.user_id, r.email, cand.first_name, r.status;
 
--- name: advance_offsets
--- Monotonic fence: advance only if nobody processed past this batch's first offset (a zombie
--- after a rebalance, or a redelivery, updates nothing and its transaction is rolled back).
--- `<=` not `=`: offsets have gaps (transaction markers, compaction).
-UPDATE kafka_offsets k
-   SET next_offset = b.last_offset + 1, updated_at = now()
-  FROM unnest(%(partitions)s::int[], %(first_offsets)s::bigint[], %(last_offsets)s::bigint[])
-       AS b(partition, first_offset, last_offset)
- WHERE k.group_id = %(group_id)s AND k.topic = %(topic)s AND k.partition = b.partition
-   AND k.next_offset <= b.first_offset
-RETURNING k.partition;
-
--- name: ensure_offsets
--- On assignment: a row per partition so the fence above always has something to lock.
-INSERT INTO kafka_offsets (group_id, topic, partition, next_offset)
-SELECT %(group_id)s, %(topic)s, p, 0 FROM unnest(%(partitions)s::int[]) AS p
-ON CONFLICT DO NOTHING;
-
--- name: load_offsets
-SELECT partition, next_offset FROM kafka_offsets
- WHERE group_id = %(group_id)s AND topic = %(topic)s AND partition = ANY(%(partitions)s);
-
 -- name: record_results
 -- Outcome of one SES call, one statement. Only rows still 'sending' change: reconcile may have
 -- declared them unknown meanwhile, and a late answer must not rewrite that. {partition} is

@@ -16,6 +16,7 @@ from flashsend.errors import UsageError
 from flashsend.settings import Settings
 from sinks.mail_enqueue import cancel_mail, enqueue_mail, mail_status, resend_mail
 from sinks.mail_store import MailStore
+from sinks.offsets import Assignment
 from sinks.order_store import (
     MailEvent,
     NewOrder,
@@ -71,8 +72,11 @@ def _create(key: str, event_id: str | None = None) -> CreateMail:
 
 
 async def _ingest(store: MailStore, offset: int, *cmds: Any) -> Any:
-    await store.ensure_and_load_offsets([0])
-    return await store.ingest([PartitionSpan(0, offset, offset + len(cmds) - 1)], {0: list(cmds)})
+    await store.offsets.take(Assignment.of(store.topic, [0]))
+    return await store.ingest(
+        [PartitionSpan(0, offset, offset + len(cmds) - 1)],
+        {0: [(offset + i, cmd) for i, cmd in enumerate(cmds)]},
+    )
 
 
 # ---- architecture 1 (monolith) -----------------------------------------------------------
@@ -132,13 +136,13 @@ def test_redelivery_and_second_event_create_nothing(ms: Settings) -> None:
             store = store_for(ms, pool)
             first = _create("order-confirmed:42")
             out = await _ingest(store, 0, first)
-            assert (out.created, out.fenced_partitions) == (1, [])
+            assert (out.created, out.fenced) == (1, 0)
             out = await _ingest(store, 1, first)  # relay published it again: new offset
             assert (out.created, out.duplicates) == (0, 1)
             out = await _ingest(store, 2, _create("order-confirmed:42"))  # another event id
             assert (out.created, out.duplicates) == (0, 1)
             out = await _ingest(store, 0, _create("order-confirmed:43"))  # zombie replay
-            assert out.fenced_partitions == [0] and out.created == 0
+            assert out.fenced == 1 and out.created == 0
         finally:
             await pool.close()
 

@@ -13,7 +13,7 @@ from psycopg import sql
 from flashsend.settings import Settings
 from producers.campaign import snapshot
 from sinks.campaign_store import CampaignStore
-from sinks.offsets import PartitionSpan, StoreUnavailable
+from sinks.offsets import Assignment, PartitionSpan, StoreUnavailable
 from sinks.queries import query
 from sinks.recipient_partitions import DIRECT_TRIGGER, partition_of, retire
 from sinks.recipient_store import RecipientStore, RowResult
@@ -68,9 +68,9 @@ async def claim_and_record(settings: Settings, cid: int, seqs: list[int], offset
     pool = await open_pool(settings, size=2)
     try:
         store = RecipientStore(pool, group_id=GROUP, topic=f"t{cid}")
-        await store.ensure_and_load_offsets([0])
+        await store.offsets.take(Assignment.of(store.topic, [0]))
         outcome = await store.claim_batch(
-            [PartitionSpan(0, offset, offset)], {0: [(cid, seq) for seq in seqs]}
+            [PartitionSpan(0, offset, offset)], {0: [(offset, (cid, seq)) for seq in seqs]}
         )
         sent = [RowResult(r.seq, "sent", None, f"m{r.seq}") for r in outcome.claimed[::2]]
         failed = [RowResult(r.seq, "failed", "x", None) for r in outcome.claimed[1::2]]
@@ -142,8 +142,10 @@ def test_results_of_a_campaign_retired_meanwhile_fail_once_then_go_through_the_p
         pool = await open_pool(settings, size=2)
         try:
             store = RecipientStore(pool, group_id=GROUP, topic=f"t{cid}")
-            await store.ensure_and_load_offsets([0])
-            claim = await store.claim_batch([PartitionSpan(0, 0, 0)], {0: [(cid, 1), (cid, 2)]})
+            await store.offsets.take(Assignment.of(store.topic, [0]))
+            claim = await store.claim_batch(
+                [PartitionSpan(0, 0, 0)], {0: [(0, (cid, 1)), (0, (cid, 2))]}
+            )
             with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
                 CampaignStore(conn).transition(cid, "cancelled", "test")
                 retire(conn, cid)
