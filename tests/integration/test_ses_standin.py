@@ -482,7 +482,10 @@ def test_journal_survives_restart(tmp_path: Path) -> None:
     second = start_standin(state)
     try:
         after = second.admin.stats("r")
-        assert after == before
+        assert {k: v for k, v in after.items() if k != "now"} == {
+            k: v for k, v in before.items() if k != "now"
+        }  # `now` is the stand-in's clock when it answered
+        assert before["now"] <= after["now"]
         assert after["accepted"] == 8
         assert after["duplicates"] == 1
         ids = [r["message_id"] for r in second.admin.messages(campaign="r", limit=8)]
