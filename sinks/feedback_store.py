@@ -1,7 +1,8 @@
 """The deliverability path's view of PostgreSQL: `FeedbackStore` (the feedback agent) and
 `UnsubscribeStore` (the one-click unsubscribe), one method per named statement.
 
-`apply` is ONE transaction: advance the fenced offsets of the batch, apply the effects of the
+`apply` is ONE transaction (sinks.offsets): advance the fenced offsets of the batch, apply the
+effects of the records at or above the stored offset of a partition this worker owns, of the
 events never seen before (suppressions, counters: one CTE), decide on the counters just written
 (pure `pause_reason`) and pause the campaigns that must stop. Either all of it commits with the
 offsets or none of it, so a crash or a redelivery can neither lose a complaint nor count one
