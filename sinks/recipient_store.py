@@ -38,6 +38,7 @@ class ClaimedRecipient:
     user_id: int
     email: str
     first_name: str | None
+    attempt: int = 0  # the claim's `attempts`: its token in enter_call and record_results
 
 
 # A recipient to claim: (Kafka offset of its doorbell, (campaign id, seq)).
@@ -79,14 +80,16 @@ class PartitionSql:
 
     claim: str
     record: str
+    enter: str
 
 
-def _record_results(table: sql.Composable) -> str:
-    return sql.SQL(query("record_results")).format(partition=table).as_string(None)
+def _on(name: str, table: sql.Composable) -> str:
+    return sql.SQL(query(name)).format(partition=table).as_string(None)
 
 
-# record_results for a campaign without a partition of its own with the trigger.
-_RECORD_VIA_PARENT = _record_results(sql.SQL("campaign_recipients"))
+# For a campaign without a partition of its own with the trigger.
+_RECORD_VIA_PARENT = _on("record_results", sql.SQL("campaign_recipients"))
+_ENTER_VIA_PARENT = _on("enter_call", sql.SQL("campaign_recipients"))
 
 
 class RecipientStore:
@@ -115,7 +118,8 @@ class RecipientStore:
             table = partition_of(cid)
             found = PartitionSql(
                 claim=sql.SQL(query("claim_in_partition")).format(partition=table).as_string(conn),
-                record=_record_results(table),
+                record=_on("record_results", table),
+                enter=_on("enter_call", table),
             )
         self._partitions[cid] = found
         return found
@@ -140,9 +144,11 @@ class RecipientStore:
             rows = await self._claim(conn, seqs_by_campaign)
             claimed: list[ClaimedRecipient] = []
             skipped = 0
-            for cid, seq, user_id, email, first_name, status in rows:
+            for cid, seq, user_id, email, first_name, status, attempt in rows:
                 if status == "sending":
-                    claimed.append(ClaimedRecipient(cid, seq, user_id, email, first_name))
+                    claimed.append(
+                        ClaimedRecipient(cid, seq, user_id, email, first_name, attempt)
+                    )
                 elif status == "skipped":
                     skipped += 1
                 # 'pending': a paused campaign's row, flagged for requeue on resume
@@ -182,7 +188,10 @@ class RecipientStore:
             rows.extend(await cur.fetchall())
         return rows
 
-    async def record_results(self, campaign_id: int, results: Sequence[RowResult]) -> None:
+    async def record_results(
+        self, campaign_id: int, results: Sequence[RowResult], attempts: Sequence[int]
+    ) -> None:
+        """Record outcomes of rows claimed with `attempts` (one per result, in order)."""
         try:
             async with self._pool.connection() as conn:
                 own = await self._partition_sql(conn, campaign_id)
@@ -194,8 +203,37 @@ class RecipientStore:
                         "statuses": text_array(r.status for r in results),
                         "reasons": text_array(r.reason for r in results),
                         "message_ids": text_array(r.message_id for r in results),
+                        "attempts": int_array(attempts),
                     },
                 )
+        except psycopg.Error as exc:
+            raise self._unavailable(exc) from exc
+
+    async def enter_call(
+        self, campaign_id: int, rows: Sequence[ClaimedRecipient]
+    ) -> tuple[set[int], int]:
+        """Mark `rows` as in a call right before its request. Returns the seqs that entered
+        and how many were skipped (opted out or suppressed since the claim); the others are
+        no longer this claim's (their lease expired) and must not be sent."""
+        try:
+            async with self._pool.connection() as conn:
+                own = await self._partition_sql(conn, campaign_id)
+                cur = await conn.execute(
+                    _ENTER_VIA_PARENT if own is None else own.enter,
+                    {
+                        "campaign_id": campaign_id,
+                        "seqs": int_array(r.seq for r in rows),
+                        "attempts": int_array(r.attempt for r in rows),
+                    },
+                )
+                entered: set[int] = set()
+                skipped = 0
+                for seq, status in await cur.fetchall():
+                    if status == "sending":
+                        entered.add(int(seq))
+                    else:
+                        skipped += 1
+                return entered, skipped
         except psycopg.Error as exc:
             raise self._unavailable(exc) from exc
 

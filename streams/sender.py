@@ -359,10 +359,13 @@ class Lane:
             pacer.started(admitted)
             self._in_call = True
             try:
-                outcome = await s.call_ses(campaign, batch)
+                batch = await s.enter_call(cid, batch)
+                outcome = await s.call_ses(campaign, batch) if batch else None
             finally:
                 self._in_call = False
                 pacer.finished(admitted, time.monotonic())
+            if outcome is None:
+                continue
             now = time.monotonic()
             if outcome.throttled:
                 aimd.on_throttle(now)
@@ -446,6 +449,8 @@ class CampaignSender:
         # Partitions a claim found owned by another worker, with the epoch this worker held:
         # their records are dropped until this worker holds a newer epoch (is assigned them).
         self._lost: dict[int, int | None] = {}
+        # The claim token (`attempts`) of every row claimed here and not yet recorded.
+        self._claims: dict[tuple[int, int], int] = {}
         self.stats: dict[str, int] = {
             "claim_rounds": 0,
             "claimed": 0,
@@ -664,6 +669,7 @@ class CampaignSender:
         partition_of = {key: p for p, ks in keys.items() for _, key in ks}
         for row in outcome.claimed:
             by_partition.setdefault(partition_of[(row.campaign_id, row.seq)], []).append(row)
+            self._claims[(row.campaign_id, row.seq)] = row.attempt
         for partition, rows in by_partition.items():
             self._lost_now(partition)  # claimed under a newer epoch: its lane runs again
             lane = self._lane(partition)
@@ -794,11 +800,38 @@ class CampaignSender:
     async def record(self, campaign_id: int, results: Sequence[RowResult]) -> None:
         if not results:
             return
-        await self._retry(self.store.record_results, campaign_id, results)
+        claims = self._claims
+        attempts = [claims.pop((campaign_id, r.seq), -1) for r in results]
+        await self._retry(self.store.record_results, campaign_id, results, attempts)
         for r in results:
             if r.status in self.stats:
                 self.stats[r.status] += 1
         metrics.count_results(campaign_id, results)
+
+    async def enter_call(
+        self, campaign_id: int, rows: list[ClaimedRecipient]
+    ) -> list[ClaimedRecipient]:
+        """Right before the request: the rows that enter the call. The others were skipped
+        (opted out or suppressed while they waited in the lane) or are no longer this
+        worker's claim (their lease expired before their call); neither is sent."""
+        entered, skipped = await self._retry(self.store.enter_call, campaign_id, rows)
+        if len(entered) == len(rows):
+            return rows
+        kept = [r for r in rows if r.seq in entered]
+        for r in rows:
+            if r.seq not in entered:
+                self._claims.pop((campaign_id, r.seq), None)
+        self.stats["skipped"] += skipped
+        metrics.count_skipped([campaign_id], skipped)
+        lost = len(rows) - len(kept) - skipped
+        if lost:
+            log.warning(
+                "campaign %s: %d row(s) no longer claimed here (lease expired before their "
+                "call); not sent",
+                campaign_id,
+                lost,
+            )
+        return kept
 
     async def release(
         self, campaign_id: int, rows: Sequence[ClaimedRecipient], status: str

@@ -74,7 +74,7 @@ UPDATE campaign_recipients r
   FROM cand
  WHERE r.campaign_id = cand.campaign_id AND r.seq = cand.seq AND r.status = 'pending'
    AND r.campaign_id = ANY(%(campaigns)s::bigint[])
-RETURNING r.campaign_id, r.seq, r.user_id, r.email, cand.first_name, r.status;
+RETURNING r.campaign_id, r.seq, r.user_id, r.email, cand.first_name, r.status, r.attempts;
 
 -- name: own_partition
 -- Whether the campaign's rows are in a partition of its own that carries the counter trigger
@@ -123,26 +123,66 @@ UPDATE {partition} r
                   + CASE WHEN NOT cand.paused AND cand.skip_reason IS NULL THEN 1 ELSE 0 END
   FROM cand
  WHERE r.campaign_id = %(campaign_id)s AND r.seq = cand.seq AND r.status = 'pending'
-RETURNING r.campaign_id, r.seq, r.user_id, r.email, cand.first_name, r.status;
+RETURNING r.campaign_id, r.seq, r.user_id, r.email, cand.first_name, r.status, r.attempts;
 
 -- name: record_results
--- Outcome of one SES call, one statement. Only rows still 'sending' change: reconcile may have
--- declared them unknown meanwhile, and a late answer must not rewrite that. {partition} is
+-- Outcome of one SES call, one statement. Only rows still 'sending' under the caller's claim
+-- (its `attempts`) change: reconcile may have declared them unknown meanwhile, or returned a
+-- row that never entered a call to pending for another worker to claim, and a late answer or
+-- release must not rewrite that. A row going back to pending leaves its call. {partition} is
 -- the campaign's own partition when it carries the counter trigger (see claim_in_partition),
 -- else campaign_recipients.
 UPDATE {partition} r
    SET status = o.status, reason = o.reason, message_id = o.message_id,
        sent_at = CASE WHEN o.status = 'sent' THEN now() ELSE r.sent_at END,
-       requeue = (o.status = 'pending')
+       requeue = (o.status = 'pending'),
+       in_call_at = CASE WHEN o.status = 'pending' THEN NULL ELSE r.in_call_at END
   FROM unnest(%(seqs)s::int[], %(statuses)s::text[], %(reasons)s::text[],
-              %(message_ids)s::text[]) AS o(seq, status, reason, message_id)
- WHERE r.campaign_id = %(campaign_id)s AND r.seq = o.seq AND r.status = 'sending';
+              %(message_ids)s::text[], %(attempts)s::int[])
+       AS o(seq, status, reason, message_id, attempt)
+ WHERE r.campaign_id = %(campaign_id)s AND r.seq = o.seq AND r.status = 'sending'
+   AND r.attempts = o.attempt;
+
+-- name: enter_call
+-- Right before a call's HTTP request: the rows enter the call (in_call_at), or are skipped if
+-- their user opted out, left or was suppressed while the row waited in its lane. Only rows
+-- still 'sending' under the caller's claim (`attempts`) enter: a row whose lease expired
+-- before its call went back to pending and may be another worker's claim now. Idempotent for
+-- the caller (a retried statement, or throttled entries sent again, find the same rows).
+-- {partition} as in record_results.
+WITH cand AS MATERIALIZED (
+    SELECT r.seq,
+           CASE WHEN u.id IS NULL THEN 'user_deleted'
+                WHEN NOT u.marketing_opt_in THEN 'opted_out'
+                WHEN u.status <> 'active' THEN 'inactive'
+                WHEN s.email IS NOT NULL THEN 'suppressed:' || s.reason
+           END AS skip_reason
+      FROM unnest(%(seqs)s::int[], %(attempts)s::int[]) AS c(seq, attempt)
+      JOIN {partition} r ON r.campaign_id = %(campaign_id)s AND r.seq = c.seq
+                        AND r.status = 'sending' AND r.attempts = c.attempt
+      LEFT JOIN users u ON u.id = r.user_id
+      LEFT JOIN email_suppressions s ON s.email = lower(btrim(r.email))  -- normalised key
+)
+UPDATE {partition} r
+   SET in_call_at = CASE WHEN cand.skip_reason IS NULL THEN coalesce(r.in_call_at, now()) END,
+       status = CASE WHEN cand.skip_reason IS NULL THEN 'sending' ELSE 'skipped' END,
+       reason = coalesce(cand.skip_reason, r.reason)
+  FROM cand
+ WHERE r.campaign_id = %(campaign_id)s AND r.seq = cand.seq AND r.status = 'sending'
+RETURNING r.seq, r.status;
 
 -- name: expire_leases
--- Rows claimed longer ago than the lease were in a call whose answer never got recorded
--- (worker killed mid-call): they may or may not have been sent, so they become unknown and
--- are NEVER resent automatically (marketing is at-most-once; seed trap 11).
-UPDATE campaign_recipients SET status = 'unknown', reason = 'lease_expired'
+-- Rows claimed longer ago than the lease whose outcome never got recorded (worker killed or
+-- stuck). A row that entered a call may or may not have been sent: it becomes unknown and is
+-- NEVER resent automatically (marketing is at-most-once; seed trap 11). A row that never
+-- entered one was not sent: it goes back to pending, flagged for requeue, and the worker that
+-- claimed it can no longer send it (enter_call and record_results match its claim's
+-- `attempts`, which the next claim increments).
+UPDATE campaign_recipients
+   SET status = CASE WHEN in_call_at IS NULL THEN 'pending' ELSE 'unknown' END,
+       reason = CASE WHEN in_call_at IS NULL THEN 'lease_expired_before_call'
+                     ELSE 'lease_expired' END,
+       requeue = (in_call_at IS NULL)
  WHERE campaign_id = %(campaign_id)s AND status = 'sending'
    AND claimed_at < now() - make_interval(secs => %(lease_s)s);
 

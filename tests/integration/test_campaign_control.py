@@ -131,9 +131,12 @@ def test_reconcile_expires_leases_and_reproduces_lost_doorbells(settings: Settin
         from producers.campaign import snapshot
 
         snapshot(conn, cid, settings.audience_condition)
+        # 20 rows claimed an hour ago and never recorded: the first 10 had entered their call
+        # (in doubt), the other 10 had not (never sent).
         conn.execute(
             "UPDATE campaign_recipients SET status = 'sending', claimed_at = now() - "
-            "interval '1 hour' WHERE campaign_id = %s AND seq <= 20",
+            "interval '1 hour', attempts = 1, in_call_at = CASE WHEN seq <= 10 THEN now() - "
+            "interval '1 hour' END WHERE campaign_id = %s AND seq <= 20",
             (cid,),
         )
         conn.execute("UPDATE campaigns SET produced_at = now() WHERE id = %s", (cid,))
@@ -160,8 +163,15 @@ def test_reconcile_expires_leases_and_reproduces_lost_doorbells(settings: Settin
     finally:
         pool.stop()
     st = statuses(settings, cid)
-    assert st.get("unknown") == 20, st  # expired leases: never resent
+    assert st.get("unknown") == 10, st  # expired leases of rows in a call: never resent
     assert st.get("pending", 0) == 0
+    with psycopg.connect(settings.pg_dsn) as conn:
+        never_in_call = conn.execute(
+            "SELECT status, count(*) FROM campaign_recipients WHERE campaign_id = %s "
+            "AND seq BETWEEN 11 AND 20 GROUP BY status",
+            (cid,),
+        ).fetchall()
+    assert dict(never_in_call) == {"sent": 10}  # back to pending at the lease, then sent
     s = stats(settings, cid)
     assert s["duplicates"] == 0 and s["accepted"] == st["sent"]
     assert (

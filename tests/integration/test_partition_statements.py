@@ -74,7 +74,8 @@ async def claim_and_record(settings: Settings, cid: int, seqs: list[int], offset
         )
         sent = [RowResult(r.seq, "sent", None, f"m{r.seq}") for r in outcome.claimed[::2]]
         failed = [RowResult(r.seq, "failed", "x", None) for r in outcome.claimed[1::2]]
-        await store.record_results(cid, sent + failed)
+        order = outcome.claimed[::2] + outcome.claimed[1::2]
+        await store.record_results(cid, sent + failed, [r.attempt for r in order])
         return len(outcome.claimed)
     finally:
         await pool.close()
@@ -150,9 +151,10 @@ def test_results_of_a_campaign_retired_meanwhile_fail_once_then_go_through_the_p
                 CampaignStore(conn).transition(cid, "cancelled", "test")
                 retire(conn, cid)
             results = [RowResult(r.seq, "sent", None, "m") for r in claim.claimed]
+            attempts = [r.attempt for r in claim.claimed]
             with pytest.raises(StoreUnavailable) as first:
-                await store.record_results(cid, results)
-            await store.record_results(cid, results)  # the retry: nothing left to update
+                await store.record_results(cid, results, attempts)
+            await store.record_results(cid, results, attempts)  # the retry: nothing to update
             return str(first.value), len(claim.claimed)
         finally:
             await pool.close()

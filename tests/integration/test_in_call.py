@@ -1,0 +1,157 @@
+"""Only rows whose SES call started can be in doubt, and a row is re-checked right before its
+call: the claim's `attempts` is its token in enter_call and record_results, and the lease sends
+rows that never entered a call back to pending (sinks/sql/recipients.sql)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from flashsend.settings import Settings
+from producers.campaign import snapshot
+from sinks.offsets import Assignment, PartitionSpan
+from sinks.queries import query
+from sinks.recipient_store import ClaimedRecipient, RecipientStore, RowResult
+from sinks.users import seed_users
+from tests.integration.campaign_helpers import new_campaign, pending_seqs
+from tests.integration.mail_fixtures import open_pool, run
+
+GROUP = "in-call"
+
+
+def sending_campaign(settings: Settings, users: int = 300) -> int:
+    seed_users(settings.pg_dsn, users)
+    cid = new_campaign(settings)
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        snapshot(conn, cid, settings.audience_condition)  # leaves it sending
+    return cid
+
+
+def rows(settings: Settings, cid: int, seqs: list[int]) -> dict[int, dict[str, Any]]:
+    with psycopg.connect(settings.pg_dsn, autocommit=True, row_factory=dict_row) as conn:
+        found = conn.execute(
+            "SELECT seq, status, reason, attempts, in_call_at, requeue FROM campaign_recipients"
+            " WHERE campaign_id = %s AND seq = ANY(%s)",
+            (cid, seqs),
+        ).fetchall()
+    return {r["seq"]: r for r in found}
+
+
+def expire_all_leases(settings: Settings, cid: int) -> int:
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        return conn.execute(query("expire_leases"), {"campaign_id": cid, "lease_s": 0}).rowcount
+
+
+async def claim(store: RecipientStore, cid: int, seqs: list[int], offset: int) -> list[Any]:
+    await store.offsets.take(Assignment.of(store.topic, [0]))
+    outcome = await store.claim_batch(
+        [PartitionSpan(0, offset, offset)], {0: [(offset, (cid, seq)) for seq in seqs]}
+    )
+    return list(outcome.claimed)
+
+
+def test_lease_returns_rows_never_in_a_call_and_the_old_claim_cannot_send_them(
+    settings: Settings,
+) -> None:
+    cid = sending_campaign(settings)
+    seqs = pending_seqs(settings, cid)[:10]
+
+    async def scenario() -> tuple[list[ClaimedRecipient], set[int], set[int], int]:
+        pool = await open_pool(settings, size=2)
+        try:
+            store = RecipientStore(pool, group_id=GROUP, topic=f"t{cid}")
+            claimed = await claim(store, cid, seqs, 0)
+            entered, skipped = await store.enter_call(cid, claimed[:4])
+            expire_all_leases(settings, cid)  # the worker "stalled": nothing recorded
+            # The rows that never entered a call went back to pending and another claim took
+            # them: under the old claim they may not enter a call, nor be released.
+            again = await claim(store, cid, [r.seq for r in claimed[4:]], 1)
+            late, _ = await store.enter_call(cid, claimed[4:])
+            await store.record_results(
+                cid,
+                [RowResult(r.seq, "pending", "rebalanced", None) for r in claimed[4:6]],
+                [r.attempt for r in claimed[4:6]],
+            )
+            return again, entered, late, skipped
+        finally:
+            await pool.close()
+
+    again, entered, late, skipped = run(scenario())
+    assert len(entered) == 4 and skipped == 0 and late == set()
+    after = rows(settings, cid, seqs)
+    for seq in entered:
+        assert (after[seq]["status"], after[seq]["reason"]) == ("unknown", "lease_expired")
+    # claimed again under a new token: a second claim, not the released one's
+    assert sorted(r.seq for r in again) == sorted(set(seqs) - entered)
+    assert all(r.attempt == 2 for r in again)
+    for r in again:
+        assert after[r.seq]["status"] == "sending" and after[r.seq]["in_call_at"] is None
+
+
+def test_a_user_who_opts_out_or_is_suppressed_while_waiting_is_not_mailed(
+    settings: Settings,
+) -> None:
+    cid = sending_campaign(settings)
+    seqs = pending_seqs(settings, cid)[:6]
+
+    async def scenario() -> tuple[set[int], int, list[ClaimedRecipient]]:
+        pool = await open_pool(settings, size=2)
+        try:
+            store = RecipientStore(pool, group_id=GROUP, topic=f"t{cid}")
+            claimed = await claim(store, cid, seqs, 0)
+            with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+                conn.execute(
+                    "UPDATE users SET marketing_opt_in = false WHERE id = %s",
+                    (claimed[0].user_id,),
+                )
+                conn.execute(
+                    "INSERT INTO email_suppressions (email, reason) "
+                    "VALUES (lower(btrim(%s)), 'complaint')",
+                    (claimed[1].email,),
+                )
+            entered, skipped = await store.enter_call(cid, claimed)
+            return entered, skipped, claimed
+        finally:
+            await pool.close()
+
+    entered, skipped, claimed = run(scenario())
+    assert skipped == 2 and entered == {r.seq for r in claimed[2:]}
+    after = rows(settings, cid, seqs)
+    assert (after[claimed[0].seq]["status"], after[claimed[0].seq]["reason"]) == (
+        "skipped",
+        "opted_out",
+    )
+    assert after[claimed[1].seq]["status"] == "skipped"
+    assert after[claimed[1].seq]["reason"] == "suppressed:complaint"
+    assert all(after[r.seq]["in_call_at"] is not None for r in claimed[2:])
+
+
+def test_throttled_rows_enter_their_call_again_and_a_release_leaves_the_call(
+    settings: Settings,
+) -> None:
+    cid = sending_campaign(settings)
+    seqs = pending_seqs(settings, cid)[:3]
+
+    async def scenario() -> tuple[set[int], set[int]]:
+        pool = await open_pool(settings, size=2)
+        try:
+            store = RecipientStore(pool, group_id=GROUP, topic=f"t{cid}")
+            claimed = await claim(store, cid, seqs, 0)
+            first, _ = await store.enter_call(cid, claimed)
+            second, _ = await store.enter_call(cid, claimed)  # retried after a throttle
+            await store.record_results(
+                cid,
+                [RowResult(r.seq, "pending", "retry_exhausted:throttled", None) for r in claimed],
+                [r.attempt for r in claimed],
+            )
+            return first, second
+        finally:
+            await pool.close()
+
+    first, second = run(scenario())
+    assert first == second == set(seqs)
+    after = rows(settings, cid, seqs)
+    assert all(r["status"] == "pending" and r["requeue"] for r in after.values())
+    assert all(r["in_call_at"] is None for r in after.values())
