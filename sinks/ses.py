@@ -53,6 +53,7 @@ class SesCallFailed(FlashsendError):
         self.code = code
         self.http_status = http_status
         self.timed_out = timed_out
+        self.message = message  # SES's own words (e.g. which address it refused)
 
 
 @dataclass(frozen=True)

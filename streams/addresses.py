@@ -6,7 +6,12 @@ spelled differently (the user table, SES bounce/complaint events, one-click unsu
 
 Why validate ourselves: the sender turns off botocore's parameter validation for CPU (design
 §5), and one bad address can make SES refuse a whole 50-entry call. Rejecting it before the call
-costs one row marked failed with a short reason instead of a batch.
+costs one row, skipped with a short reason, instead of a batch.
+
+`is_valid_email` is the one validity check: the sender applies it to every row before a call,
+and the snapshot reads users.email_ok, a generated column whose SQL says the same thing
+(migration 0015; tests/integration/test_address_hygiene.py compares the two). Change both
+together.
 
 The check is deliberately narrower than RFC 5321/5322: it accepts what real marketing recipients
 use (dot-atom local parts, ASCII hostnames with a real TLD, IDNs already in punycode) and refuses

@@ -10,7 +10,9 @@ possibly accept this request?". Marketing is at-most-once (SES has no idempotenc
 - PAUSE_CAMPAIGN when the account or configuration set cannot send at all right now (quota,
   paused, suspended, credentials): the recipient goes back to pending and the campaign pauses
   with the reason, instead of failing a million rows one batch at a time.
-- FAILED when SES answered and refused this recipient.
+- FAILED when SES answered and refused this recipient. A call SES refused whole before sending
+  any of it (`is_refused_unsent`) is split to find which entries it refused
+  (streams.call_split), so one bad address fails only itself.
 
 Per-entry statuses come from the botocore model of SESv2 SendBulkEmail; AWS's HTML docs spell
 two of them `*_DOES_NOT_EXIST`, so both spellings are accepted.
@@ -88,6 +90,21 @@ _PAUSE_CODES = frozenset(
 )
 
 
+# Call-level errors that refuse a request SES validated and did not send, and that one entry
+# can cause, so splitting the call isolates it (streams.call_split). botocore's SESv2 model lists
+# for SendBulkEmail: TooManyRequests (429), LimitExceeded, AccountSuspended, SendingPaused,
+# MailFromDomainNotVerified, NotFound (404), MessageRejected and BadRequest (400). The first six
+# are about the account, the rate or the campaign's configuration, the same for every entry;
+# BadRequest ("the input you provided is invalid": an address SES cannot use) and
+# MessageRejected (content or, in the sandbox, an unverified recipient) can be one entry's.
+# InvalidParameterValue and ValidationException are the same refusal in SES v1's and AWS's
+# generic spelling. An error answer to SendBulkEmail carries no per-entry results: SES acted on
+# none of the entries.
+_REFUSED_UNSENT = frozenset(
+    {"BadRequestException", "MessageRejected", "InvalidParameterValue", "ValidationException"}
+)
+
+
 def _normalise_status(status: str) -> str:
     return status.strip().upper()
 
@@ -148,6 +165,12 @@ def classify_call_error(code: str | None, http_status: int | None, *, timed_out:
     if 400 <= http_status < 500:
         return Outcome.FAILED  # validation errors: SES answered and refused the call
     return Outcome.UNKNOWN  # an error with a 1xx-3xx status is not something we understand
+
+
+def is_refused_unsent(code: str | None, http_status: int | None) -> bool:
+    """True when SES refused a whole call with an error that means nothing of it was sent and
+    that one entry may have caused: the caller may split the call and send the halves again."""
+    return http_status == 400 and code in _REFUSED_UNSENT
 
 
 @dataclass(frozen=True)

@@ -48,13 +48,16 @@ from sinks.recipient_store import (
     StoreUnavailable,
 )
 from sinks.ses import BulkEntry, SesCallFailed, SesSender
+from streams.addresses import is_valid_email
 from streams.backoff import backoff_delay
+from streams.call_split import Bisection
 from streams.campaign_state import CampaignCache
 from streams.outcomes import (
     Outcome,
     classify_call_error,
     is_campaign_fatal,
     is_entry_throttle,
+    is_refused_unsent,
     is_throttle,
     map_bulk_response,
 )
@@ -397,6 +400,22 @@ class CallOutcome:
     retry_reason: str | None = None
     throttled: bool = False
     pause_reason: str | None = None
+    # False when SES answered with an error instead of per-entry results, or not at all.
+    answered: bool = True
+
+    def merge(self, part: CallOutcome) -> None:
+        """Add the outcome of one more call for other rows of the same lane call."""
+        self.final += part.final
+        self.retry += part.retry
+        self.retry_reason = part.retry_reason or self.retry_reason
+        self.throttled = self.throttled or part.throttled
+        self.pause_reason = self.pause_reason or part.pause_reason
+        self.answered = self.answered and part.answered
+
+
+def _refusal_reason(exc: SesCallFailed) -> str:
+    """SES's code and message for an entry it refused (the message names the address)."""
+    return f"{exc.code}: {exc.message}" if exc.message else str(exc.code)
 
 
 def _by_campaign(rows: Sequence[ClaimedRecipient]) -> dict[int, list[ClaimedRecipient]]:
@@ -462,6 +481,7 @@ class CampaignSender:
             "sent": 0,
             "failed": 0,
             "unknown": 0,
+            "refused_calls": 0,  # calls SES refused whole, then split (streams.call_split)
         }
 
     # ---- the agent side -------------------------------------------------------------------
@@ -849,6 +869,55 @@ class CampaignSender:
             await self.campaigns.refresh()
 
     async def call_ses(self, campaign: Any, rows: list[ClaimedRecipient]) -> CallOutcome:
+        """Send `rows` (one campaign) in one SES call, or in several when SES refuses the call
+        whole for some of its entries (split until they are isolated: streams.call_split).
+
+        A row whose address fails `is_valid_email` (the check the snapshot's users.email_ok
+        makes too) never goes into a call: skipped, `invalid_email:<why>`. The lane paces the
+        whole of `rows` as one call: the calls of a split accept a subset of them, and a refused
+        call accepts nothing."""
+        outcome = CallOutcome([], [])
+        sendable: list[ClaimedRecipient] = []
+        for r in rows:
+            problem = is_valid_email(r.email)
+            if problem is None:
+                sendable.append(r)
+            else:
+                outcome.final.append(RowResult(r.seq, "skipped", f"invalid_email:{problem}", None))
+        split = Bisection(sendable)
+        while (call := split.next_call()) is not None:
+            if split.calls > 1 and not self.campaigns.is_sending(campaign.id):
+                # Paused or cancelled while splitting: the lane releases what was not sent.
+                outcome.retry += [*call, *split.remaining()]
+                outcome.retry_reason = outcome.retry_reason or "split_interrupted"
+                break
+            try:
+                part = await self._send_bulk(campaign, call)
+            except SesCallFailed as exc:
+                if is_refused_unsent(exc.code, exc.http_status):
+                    self.stats["refused_calls"] += 1
+                    split.refused(call, _refusal_reason(exc))
+                    continue
+                part = self._call_failed(exc, call)
+            outcome.merge(part)
+            if not part.answered:
+                # Throttled, unanswered or pausing: calling again now would not help.
+                outcome.retry += split.remaining()
+                break
+        outcome.final += [RowResult(r.seq, "failed", why, None) for r, why in split.culprits]
+        if split.culprits:
+            log.warning(
+                "campaign %s: SES refused %d of %d address(es) of a call; %d calls isolated them",
+                campaign.id,
+                len(split.culprits),
+                len(sendable),
+                split.calls,
+            )
+        return outcome
+
+    async def _send_bulk(self, campaign: Any, rows: list[ClaimedRecipient]) -> CallOutcome:
+        """One SendBulkEmail call for `rows`; SesCallFailed when SES answered with an error or
+        not at all."""
         entries = [
             BulkEntry(
                 to=r.email,
@@ -877,7 +946,7 @@ class CampaignSender:
             except SesCallFailed as exc:
                 elapsed = time.monotonic() - began
                 metrics.observe_ses_call("SendBulkEmail", elapsed, exc.code or "error")
-                return self._call_failed(exc, rows)
+                raise
             metrics.observe_ses_call("SendBulkEmail", time.monotonic() - began, "ok")
         if len(statuses) != len(rows):
             # SES answered, but we cannot tell which entry is which: nobody may be resent.
@@ -910,13 +979,20 @@ class CampaignSender:
         outcome = classify_call_error(exc.code, exc.http_status, timed_out=exc.timed_out)
         reason = f"{exc.code or 'no_response'}"
         if outcome is Outcome.RETRY:
-            return CallOutcome([], rows, reason, throttled=is_throttle(exc.code, exc.http_status))
+            return CallOutcome(
+                [], rows, reason, throttled=is_throttle(exc.code, exc.http_status), answered=False
+            )
         if outcome is Outcome.PAUSE_CAMPAIGN or (exc.code and is_campaign_fatal(exc.code)):
             return CallOutcome(
-                [RowResult(r.seq, "pending", reason, None) for r in rows], [], pause_reason=reason
+                [RowResult(r.seq, "pending", reason, None) for r in rows],
+                [],
+                pause_reason=reason,
+                answered=False,
             )
         status = "unknown" if outcome is Outcome.UNKNOWN else "failed"
-        return CallOutcome([RowResult(r.seq, status, reason, None) for r in rows], [])
+        return CallOutcome(
+            [RowResult(r.seq, status, reason, None) for r in rows], [], answered=False
+        )
 
     async def stop(self) -> None:
         tasks = [*self._feeders.values(), *([self._claimer] if self._claimer else [])]

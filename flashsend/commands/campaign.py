@@ -78,13 +78,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "start",
         help="preflight, snapshot recipients, produce them to Kafka "
         "(starting twice produces nothing new)",
+        description="The snapshot takes every user of the audience once: of users sharing an "
+        "address (same after trimming and lowercasing), the lowest user id gets the mail and "
+        "the others are skipped as duplicate_address; an address SES cannot take is skipped "
+        "as invalid_email. Example: flashsend campaign start 42 && flashsend campaign status 42",
     )
     p.add_argument("id", type=int, help="campaign id (from campaign create)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(func=cmd_start)
 
     p = csub.add_parser(
-        "status", help="counts per status, rate and ETA (trigger-kept counters: ~1 ms at 1M rows)"
+        "status",
+        help="counts per status, rate and ETA (trigger-kept counters: ~1 ms at 1M rows)",
+        description="Counts per status from trigger-kept counters, and what the snapshot "
+        "skipped (duplicate and invalid addresses; `campaign report` lists every reason). "
+        "Example: flashsend campaign status 42 --watch",
     )
     p.add_argument("id", type=int, help="campaign id")
     p.add_argument("--json", action="store_true", help="print one JSON object per refresh")
@@ -210,9 +218,17 @@ def format_status(p: Any) -> str:
         f"{' (' + p['reason'] + ')' if p['reason'] else ''}\n"
         f"  recipients {p.total:,}  sent {p['sent']:,}  pending {p['pending']:,}  "
         f"sending {p['sending']:,}  failed {p['failed']:,}  unknown {p['unknown']:,}  "
-        f"skipped {p['skipped']:,}  cancelled {p['cancelled']:,}\n"
+        f"skipped {p['skipped']:,}{_set_aside(p)}  cancelled {p['cancelled']:,}\n"
         f"  rate {rate:,.0f}/s (limit {p['rate_limit'] or 'unlimited'})  ETA {eta}"
     )
+
+
+def _set_aside(p: Any) -> str:
+    """What the snapshot skipped, when the campaign row says (older campaigns do not)."""
+    duplicates, invalid = p["duplicate_addresses"], p["invalid_addresses"]
+    if duplicates is None or invalid is None:
+        return ""
+    return f" (at snapshot: {duplicates:,} duplicate address(es), {invalid:,} invalid)"
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -2,13 +2,14 @@
 
 No HTTP here: `server.py` parses requests with `protocol.py`, calls `SesAccount` and writes the
 answer. Everything runs on one asyncio loop, so no locking. Order of checks for a send call:
-validation (400) → sending paused → random 429 → rate limit (429, nothing accepted) →
-template → per entry: daily quota, random transient failure → record.
+validation (400; also the `refuse_addresses` fault) → sending paused → random 429 → rate limit
+(429, nothing accepted) → template → per entry: daily quota, random transient failure → record.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -80,6 +81,9 @@ class SesAccount:
         """SendBulkEmail: one result per entry, in order (the `BulkEmailEntryResults`)."""
         config = self.config
         n_entries = len(request.entries)
+        if config.refuse_addresses:
+            for i, entry in enumerate(request.entries):
+                _refuse(entry.recipients, config.refuse_addresses, f"BulkEmailEntries[{i}]")
         if not config.sending_enabled:
             return [_PAUSED] * n_entries
         self._admit(request.recipient_count, now)
@@ -128,6 +132,8 @@ class SesAccount:
     def send_email(self, request: EmailRequest, now: float) -> str:
         """SendEmail: the MessageId, or an SesError."""
         config = self.config
+        if config.refuse_addresses:
+            _refuse(request.recipients, config.refuse_addresses, "Destination")
         if not config.sending_enabled:
             raise SendingPaused()
         count = request.recipients.count
@@ -354,6 +360,13 @@ def _record(
         else f"Attribute '{missing_variable}' is not present in the rendering data."
     )
     return record
+
+
+def _refuse(recipients: Recipients, pattern: str, where: str) -> None:
+    """The fault `refuse_addresses`: BadRequest naming the first destination it finds."""
+    for address in (*recipients.to, *recipients.cc, *recipients.bcc):
+        if re.search(pattern, address):
+            raise BadRequest(f"Illegal address: {address!r} in {where}.Destination.")
 
 
 def _failed(record: Record) -> bool:

@@ -41,6 +41,7 @@ class Faults(TypedDict):
     max_24h_send: float
     sending_enabled: bool
     hang_max_s: float
+    refuse_addresses: str
 
 
 class AdminError(Exception):
@@ -89,7 +90,7 @@ class SesStandinAdmin:
     def faults(self) -> Faults:
         return cast(Faults, self._call("GET", "/_admin/faults"))
 
-    def set_faults(self, **changes: float | bool) -> Faults:
+    def set_faults(self, **changes: float | bool | str) -> Faults:
         return cast(Faults, self._call("POST", "/_admin/faults", body=changes))
 
     def reset(self, templates: bool = False) -> None:

@@ -7,6 +7,7 @@ the random outcomes from one seedable generator so a run can be reproduced with 
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
@@ -25,6 +26,10 @@ class FaultConfig:
     max_24h_send: float = -1.0  # recipients per rolling 24 h; <= 0 is unlimited
     sending_enabled: bool = True  # False: account sending paused
     hang_max_s: float = 600.0  # a hung call is answered (500) after this, if still connected
+    # A regex: a send call with a destination it finds (re.search) is refused whole, 400
+    # BadRequestException naming the address, as SES refuses an address it cannot use. Lets a
+    # test put an address past the client's own check; "" refuses nothing.
+    refuse_addresses: str = ""
 
     def updated(self, changes: Mapping[str, Any]) -> FaultConfig:
         """A copy with `changes` applied; ValueError names the first bad key or value."""
@@ -36,6 +41,15 @@ class FaultConfig:
             if key == "sending_enabled":
                 if not isinstance(raw, bool):
                     raise ValueError("sending_enabled must be a boolean")
+                values[key] = raw
+                continue
+            if key == "refuse_addresses":
+                if not isinstance(raw, str):
+                    raise ValueError("refuse_addresses must be a string (a regular expression)")
+                try:
+                    re.compile(raw)
+                except re.error as exc:
+                    raise ValueError(f"refuse_addresses is not a regex: {exc}") from None
                 values[key] = raw
                 continue
             if isinstance(raw, bool) or not isinstance(raw, int | float):

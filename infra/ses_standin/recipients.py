@@ -17,10 +17,18 @@ from infra.ses_standin.errors import BadRequest
 
 MAX_RECIPIENTS_PER_MESSAGE = 50
 
-# A pragmatic RFC 5321 mailbox: dot-atom local part, domain of ≥ 2 LDH labels, ASCII only.
+# What SES accepts as a destination of a bulk call (it does not support SMTPUTF8): an ASCII
+# dot-atom local part of 1..64 characters (no quoted strings, comments, control characters,
+# spaces, or leading, trailing or consecutive dots), then a domain of 1..255 characters made of
+# two or more LDH labels of 1..63 characters whose last label has a letter (no IP literal such
+# as `[10.0.0.1]` or `10.0.0.1`, no dotless or trailing-dot domain). A violation is a 400
+# BadRequestException for the whole call, naming the address.
+_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _ADDRESS_RE = re.compile(
-    r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}"
-    r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z0-9-]{2,63}"
+    rf"(?=[^@]{{1,64}}@){_ATOM}(?:\.{_ATOM})*"
+    rf"@(?=[^@]{{1,255}}\Z)(?:{_LABEL}\.)+(?=[A-Za-z0-9-]*[A-Za-z])[A-Za-z0-9][A-Za-z0-9-]{{0,61}}"
+    r"[A-Za-z0-9]\Z"
 )
 
 

@@ -1,29 +1,48 @@
 -- name: snapshot_recipients
 -- One INSERT…SELECT inside the transaction that moves the campaign out of draft (the lock that
 -- makes a second start a no-op, so no ON CONFLICT: its speculative insertion cost 2.6 s on
--- 860k rows). seq is dense 1..N in user id order. Invalid addresses are recorded as skipped
--- so they never reach SES. users.email_ok and users.email_key (the normalised address the
--- suppression table is keyed by) are generated columns of migration 0012, computed when the
--- user row is written rather than here for every user of every campaign. {audience} is the
--- campaign's configured condition over users u (psycopg sql.format: braces doubled).
--- {partition} is the campaign's own table, not yet attached and without indexes
--- (sinks/recipient_partitions.py): the parent's counter trigger does not see these rows, so
--- count_snapshot records them.
+-- 860k rows). seq is dense 1..N in user id order over every row, skipped ones included.
+-- One mail per mailbox: of the audience's users sharing a normalised address
+-- (users.email_key), the lowest user id with a valid address is pending and the others are
+-- skipped, 'duplicate_address' (valid spellings rank first, so an invalid one never takes the
+-- mailbox from a valid one). Invalid addresses (users.email_ok, the same check
+-- as the sender's streams.addresses.is_valid_email) are skipped, 'invalid_email', so they never
+-- reach SES. Both are generated columns of users (migrations 0012, 0015), computed when the user
+-- row is written rather than here for every user of every campaign. Ranking duplicates is a
+-- second sort of the audience, by address (the first, by id, numbers seq); the address leads
+-- the sort key so PostgreSQL can compare abbreviated keys. Its cost is in docs/decisions.md. {audience} is the campaign's configured condition over users u (psycopg
+-- sql.format: braces doubled). {partition} is the campaign's own table, not yet attached and
+-- without indexes (sinks/recipient_partitions.py): the parent's counter trigger does not see
+-- these rows, so count_snapshot records them.
 INSERT INTO {partition} (campaign_id, seq, user_id, email, status, reason)
-SELECT %(campaign_id)s, row_number() OVER (ORDER BY u.id), u.id, u.email,
-       CASE WHEN u.email_ok THEN 'pending' ELSE 'skipped' END,
-       CASE WHEN u.email_ok THEN NULL ELSE 'invalid_email' END
-  FROM users u
- WHERE ({audience})
-   AND NOT EXISTS (SELECT 1 FROM email_suppressions s WHERE s.email = u.email_key);
+SELECT %(campaign_id)s, row_number() OVER (ORDER BY a.id), a.id, a.email,
+       CASE WHEN a.email_ok AND a.nth = 1 THEN 'pending' ELSE 'skipped' END,
+       CASE WHEN NOT a.email_ok THEN 'invalid_email'
+            WHEN a.nth > 1 THEN 'duplicate_address' END
+  FROM (SELECT u.id, u.email, u.email_ok,
+               row_number() OVER (PARTITION BY u.email_key ORDER BY u.email_ok DESC, u.id) AS nth
+          FROM users u
+         WHERE ({audience})
+           AND NOT EXISTS (SELECT 1 FROM email_suppressions s WHERE s.email = u.email_key)) a;
 
 -- name: count_snapshot
 -- The counters the insert trigger of migration 0010 would have written for the snapshot's
--- rows (all pending or skipped, none flagged requeue, none sent). Any shard will do: readers
--- sum them.
-INSERT INTO campaign_status_counts AS c (campaign_id, shard, status, n)
-SELECT %(campaign_id)s, 0, status, count(*) FROM {partition} GROUP BY status ORDER BY status
-ON CONFLICT (campaign_id, shard, status) DO UPDATE SET n = c.n + EXCLUDED.n;
+-- rows (all pending or skipped, none flagged requeue, none sent), and what the snapshot set
+-- aside, on the campaign row for `campaign status`; one pass over the new rows. Any shard will
+-- do: readers sum them. Runs in the snapshot's transaction, which holds the campaign row.
+WITH counted AS MATERIALIZED (
+    SELECT status, reason, count(*) AS n FROM {partition} GROUP BY status, reason
+), counters AS (
+    INSERT INTO campaign_status_counts AS c (campaign_id, shard, status, n)
+    SELECT %(campaign_id)s, 0, status, sum(n) FROM counted GROUP BY status ORDER BY status
+    ON CONFLICT (campaign_id, shard, status) DO UPDATE SET n = c.n + EXCLUDED.n
+)
+UPDATE campaigns
+   SET duplicate_addresses = (SELECT coalesce(sum(n), 0) FROM counted
+                               WHERE reason = 'duplicate_address'),
+       invalid_addresses = (SELECT coalesce(sum(n), 0) FROM counted
+                             WHERE reason = 'invalid_email')
+ WHERE id = %(campaign_id)s;
 
 -- name: pending_for_produce
 -- Rows still waiting for a doorbell, in seq order (primary-key range scan).

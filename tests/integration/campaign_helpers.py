@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -18,6 +19,8 @@ from flashsend.commands.campaign import (
 from flashsend.settings import Settings
 from flashsend.workers import WorkerPool
 from infra.ses_standin.admin import SesStandinAdmin
+from schemas.doorbell import DOORBELL_BLOCK, DoorbellWriter
+from schemas.serde import AvroCodec, registry_client
 from sinks.campaign_store import CampaignStore, Progress
 from sinks.ses import SesSender, make_client
 
@@ -118,3 +121,34 @@ def claim_twice_at_once(
     for t in threads:
         t.join()
     return claimed
+
+
+@dataclass(frozen=True)
+class Consumed:
+    """A consumed Kafka record, as the campaign sender's `handle` takes it from Faust."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+def consumed_records(
+    settings: Settings,
+    campaign_id: int,
+    partition: int,
+    rows: list[tuple[int, int]],
+    block: int = DOORBELL_BLOCK,
+) -> list[Consumed]:
+    """What Faust would deliver for these (seq, user_id) rows, `block` to a doorbell, at
+    offsets 0, 1, 2, …"""
+    codec = AvroCodec(registry_client(settings.schema_registry_url), "campaign_recipient")
+    writer = DoorbellWriter(codec, campaign_id, 0)
+    blocks = [rows[i : i + block] for i in range(0, len(rows), block)]
+    return [
+        Consumed(
+            settings.topic_recipients, partition, offset, str(b[0][1]).encode(), writer.encode(b)
+        )
+        for offset, b in enumerate(blocks)
+    ]

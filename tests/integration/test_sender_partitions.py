@@ -15,8 +15,6 @@ import psycopg
 
 from flashsend.settings import Settings
 from producers.campaign import snapshot
-from schemas.doorbell import DOORBELL_BLOCK, DoorbellWriter
-from schemas.serde import AvroCodec, registry_client
 from sinks.campaign_store import CampaignStore
 from sinks.offsets import Assignment
 from sinks.users import seed_users
@@ -26,16 +24,8 @@ from streams.sender import (
     PAUSE_ABOVE,
     UNCLAIMED_PER_PARTITION,
 )
-from tests.integration.campaign_helpers import new_campaign, put_template, statuses
-
-
-@dataclass(frozen=True)
-class Consumed:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
+from tests.integration.campaign_helpers import Consumed, new_campaign, put_template, statuses
+from tests.integration.campaign_helpers import consumed_records as _consumed
 
 
 def _rows(settings: Settings, campaign_id: int) -> list[tuple[int, int]]:
@@ -49,26 +39,6 @@ def _rows(settings: Settings, campaign_id: int) -> list[tuple[int, int]]:
                 (campaign_id,),
             )
         ]
-
-
-def _consumed(
-    settings: Settings,
-    campaign_id: int,
-    partition: int,
-    rows: list[tuple[int, int]],
-    block: int = DOORBELL_BLOCK,
-) -> list[Consumed]:
-    """What Faust would deliver for these (seq, user_id) rows, `block` to a doorbell, at
-    offsets 0, 1, 2, …"""
-    codec = AvroCodec(registry_client(settings.schema_registry_url), "campaign_recipient")
-    writer = DoorbellWriter(codec, campaign_id, 0)
-    blocks = [rows[i : i + block] for i in range(0, len(rows), block)]
-    return [
-        Consumed(
-            settings.topic_recipients, partition, offset, str(b[0][1]).encode(), writer.encode(b)
-        )
-        for offset, b in enumerate(blocks)
-    ]
 
 
 def _sending_or_sent(settings: Settings, campaign_id: int, seqs: list[int]) -> int:

@@ -12,6 +12,7 @@ from streams.outcomes import (
     classify_entry_status,
     is_campaign_fatal,
     is_entry_throttle,
+    is_refused_unsent,
     is_throttle,
     map_bulk_response,
 )
@@ -109,6 +110,31 @@ def test_call_level_campaign_fatal_codes() -> None:
     assert is_campaign_fatal("MailFromDomainNotVerifiedException")
     assert not is_campaign_fatal("BadRequestException")
     assert not is_campaign_fatal("MessageRejected")
+
+
+@pytest.mark.parametrize(
+    ("code", "http_status", "expected"),
+    [
+        # one entry may be the cause, and SES sent nothing: split the call
+        ("BadRequestException", 400, True),
+        ("MessageRejected", 400, True),
+        ("InvalidParameterValue", 400, True),
+        ("ValidationException", 400, True),
+        # the same for every entry: splitting would only repeat it
+        ("LimitExceededException", 400, False),
+        ("AccountSuspendedException", 400, False),
+        ("SendingPausedException", 400, False),
+        ("MailFromDomainNotVerifiedException", 400, False),
+        ("NotFoundException", 404, False),
+        ("TooManyRequestsException", 429, False),
+        # maybe sent: never again
+        ("BadRequestException", 500, False),
+        ("BadRequestException", None, False),
+        (None, 400, False),
+    ],
+)
+def test_is_refused_unsent(code: str | None, http_status: int | None, expected: bool) -> None:
+    assert is_refused_unsent(code, http_status) is expected
 
 
 @pytest.mark.parametrize(

@@ -154,11 +154,68 @@ def test_addresses_normalize(given: str, key: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", ["plain", "a@b", "a@@example.com", "a b@example.com", "é@example.com", "<>", ""]
+    "bad",
+    [
+        "plain",
+        "a@b",
+        "a@@example.com",
+        "a b@example.com",
+        "é@example.com",
+        "<>",
+        "",
+        # what SES refuses for a bulk destination (no SMTPUTF8, no quoted strings)
+        '"quoted"@example.com',
+        '"a b"@example.com',
+        "jürgen@example.de",
+        "user@bücher.example",
+        "us\x01er@example.com",
+        "user@example.com\n",
+        " user@example.com",
+        "user@example.com ",
+        "a..b@example.com",
+        ".a@example.com",
+        "a.@example.com",
+        "a" * 65 + "@example.com",
+        "user@[192.168.0.1]",
+        "user@192.168.0.1",
+        "user@localhost",
+        "user@example.com.",
+        "user@example..com",
+        "user@-example.com",
+        "user@example-.com",
+        "user@example.-com",
+        "user@example.c",
+        "user@" + "b" * 64 + ".com",
+        "user@" + ("b" * 62 + ".") * 4 + "comx",  # domain of 256 characters
+        "@example.com",
+        "user@",
+    ],
 )
 def test_addresses_reject(bad: str) -> None:
-    with pytest.raises(BadRequest):
+    with pytest.raises(BadRequest, match="Illegal address"):
         parse_address(bad, "t")
+
+
+@pytest.mark.parametrize(
+    "good",
+    [
+        "a" * 64 + "@example.com",
+        "user@" + ("b" * 62 + ".") * 4 + "com",  # domain of 255 characters
+        "u@" + ".".join(["a" * 63] * 3) + ".com",
+        "a!#$%&'*+-/=?^_`{|}~b@example.com",
+        "user@example.xn--p1ai",
+        "Shared@Example.COM",
+    ],
+)
+def test_addresses_accept_the_edges(good: str) -> None:
+    assert parse_address(good, "t") == (good, good.lower())
+
+
+def test_one_bad_destination_refuses_the_whole_bulk_call_naming_it() -> None:
+    body = bulk_body(3)
+    body["BulkEmailEntries"][1]["Destination"]["ToAddresses"] = ['"q"@example.com']
+    with pytest.raises(BadRequest, match=r"'\"q\"@example.com' in BulkEmailEntries\[1\]"):
+        parse_bulk_request(body)
 
 
 def test_destination_limit_is_fifty_recipients() -> None:
@@ -303,9 +360,17 @@ def test_acceptances_count_extra_copies() -> None:
 def test_fault_config_partial_update_validates() -> None:
     config = FaultConfig().updated({"p_transient": 0.5, "max_send_rate": 14})
     assert (config.p_transient, config.max_send_rate, config.p429) == (0.5, 14.0, 0.0)
-    for bad in ({"p_hang": 1.5}, {"latency_ms": -1}, {"nope": 1}, {"p429": "x"}):
+    for bad in (
+        {"p_hang": 1.5},
+        {"latency_ms": -1},
+        {"nope": 1},
+        {"p429": "x"},
+        {"refuse_addresses": 1},
+        {"refuse_addresses": "("},
+    ):
         with pytest.raises(ValueError):
             config.updated(bad)
+    assert config.updated({"refuse_addresses": "^x"}).refuse_addresses == "^x"
 
 
 # ---- journal and account (local files, no network) ---------------------------------------
@@ -366,6 +431,17 @@ def test_account_throttles_per_recipient_and_quota(tmp_path: Path) -> None:
     )
     with pytest.raises(LimitExceeded):
         account.send_email(single, now=20.0)
+    account.close()
+
+
+def test_account_refuses_a_call_holding_an_address_the_fault_names(tmp_path: Path) -> None:
+    account = make_account(tmp_path, refuse_addresses=r"^u1@")
+    with pytest.raises(BadRequest, match=r"'u1@example.com' in BulkEmailEntries\[1\]"):
+        account.send_bulk(parse_bulk_request(bulk_body(3)), now=1.0)
+    assert account.index.stats(None)["accepted"] == 0  # nothing of the call was sent
+    assert len(account.send_bulk(parse_bulk_request(bulk_body(1)), now=1.0)) == 1
+    account.configure({"refuse_addresses": ""}, now=2.0)
+    assert len(account.send_bulk(parse_bulk_request(bulk_body(3)), now=2.0)) == 3
     account.close()
 
 
