@@ -19,10 +19,12 @@ from flashsend.commands.campaign import (
 from flashsend.settings import Settings
 from flashsend.workers import WorkerPool
 from infra.ses_standin.admin import SesStandinAdmin
+from producers.campaign import snapshot
 from schemas.doorbell import DOORBELL_BLOCK, DoorbellWriter
 from schemas.serde import AvroCodec, registry_client
 from sinks.campaign_store import CampaignStore, Progress
 from sinks.ses import SesSender, make_client
+from sinks.users import seed_users
 
 
 def admin(settings: Settings) -> SesStandinAdmin:
@@ -125,13 +127,15 @@ def claim_twice_at_once(
 
 @dataclass(frozen=True)
 class Consumed:
-    """A consumed Kafka record, as the campaign sender's `handle` takes it from Faust."""
+    """A consumed Kafka record, as Faust hands it to an agent (the campaign sender's
+    `handle`, the mail and feedback ingests)."""
 
     topic: str
     partition: int
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def consumed_records(
@@ -152,3 +156,12 @@ def consumed_records(
         )
         for offset, b in enumerate(blocks)
     ]
+
+
+def sending_campaign(settings: Settings, users: int = 400) -> int:
+    """A campaign snapshotted and `sending`, with no doorbell produced."""
+    seed_users(settings.pg_dsn, users)
+    cid = new_campaign(settings)
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        snapshot(conn, cid, settings.audience_condition)
+    return cid

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -17,6 +16,7 @@ from flashsend.settings import Settings
 from schemas.doorbell import DoorbellWriter
 from schemas.serde import AvroCodec, registry_client
 from sinks.offsets import Assignment
+from tests.integration.campaign_helpers import Consumed
 
 
 async def take(store: Any, partitions: list[int]) -> dict[int, int]:
@@ -24,16 +24,6 @@ async def take(store: Any, partitions: list[int]) -> dict[int, int]:
     return dict(await store.offsets.take(Assignment.of(store.topic, partitions)))
 
 
-@dataclass(frozen=True)
-class Consumed:
-    """A consumed record as Faust hands it to an agent."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def doorbells(

@@ -10,23 +10,13 @@ import psycopg
 from psycopg.rows import dict_row
 
 from flashsend.settings import Settings
-from producers.campaign import snapshot
 from sinks.offsets import Assignment, PartitionSpan
 from sinks.queries import query
 from sinks.recipient_store import ClaimedRecipient, RecipientStore, RowResult
-from sinks.users import seed_users
-from tests.integration.campaign_helpers import new_campaign, pending_seqs
+from tests.integration.campaign_helpers import pending_seqs, sending_campaign
 from tests.integration.mail_fixtures import open_pool, run
 
 GROUP = "in-call"
-
-
-def sending_campaign(settings: Settings, users: int = 300) -> int:
-    seed_users(settings.pg_dsn, users)
-    cid = new_campaign(settings)
-    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
-        snapshot(conn, cid, settings.audience_condition)  # leaves it sending
-    return cid
 
 
 def rows(settings: Settings, cid: int, seqs: list[int]) -> dict[int, dict[str, Any]]:

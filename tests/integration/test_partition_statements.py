@@ -11,14 +11,16 @@ import pytest
 from psycopg import sql
 
 from flashsend.settings import Settings
-from producers.campaign import snapshot
 from sinks.campaign_store import CampaignStore
 from sinks.offsets import Assignment, PartitionSpan, StoreUnavailable
 from sinks.queries import query
 from sinks.recipient_partitions import DIRECT_TRIGGER, partition_of, retire
 from sinks.recipient_store import RecipientStore, RowResult
-from sinks.users import seed_users
-from tests.integration.campaign_helpers import claim_twice_at_once, new_campaign, pending_seqs
+from tests.integration.campaign_helpers import (
+    claim_twice_at_once,
+    pending_seqs,
+    sending_campaign,
+)
 from tests.integration.mail_fixtures import open_pool, run
 
 COUNTS = """SELECT status, sum(n)::int FROM campaign_status_counts WHERE campaign_id = %s
@@ -26,14 +28,6 @@ COUNTS = """SELECT status, sum(n)::int FROM campaign_status_counts WHERE campaig
 ROWS = """SELECT status, count(*)::int FROM campaign_recipients WHERE campaign_id = %s
            GROUP BY status ORDER BY status"""
 GROUP = "partition-statements"
-
-
-def sending_campaign(settings: Settings, users: int = 400) -> int:
-    seed_users(settings.pg_dsn, users)
-    cid = new_campaign(settings)
-    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
-        snapshot(conn, cid, settings.audience_condition)  # leaves it sending
-    return cid
 
 
 def counts_and_rows(settings: Settings, cid: int) -> tuple[list[Any], list[Any]]:
