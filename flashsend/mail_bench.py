@@ -72,9 +72,9 @@ def run_bench(
         DEFAULT_TEXT,
         create_campaign,
     )
-    from flashsend.commands.mail import ensure_orders_db
     from flashsend.demo import ensure_users
     from flashsend.workers import WorkerPool
+    from infra.orders_db import ensure_orders_db
     from infra.ses_standin.admin import SesStandinAdmin
     from producers.mail_topics import ensure_mail_topics
     from producers.outbox_relay import OutboxRelay

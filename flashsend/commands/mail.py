@@ -8,16 +8,13 @@ import json
 import signal
 import threading
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from flashsend.errors import UsageError
-from flashsend.settings import Settings, load_settings
-
-ORDERS_MIGRATIONS = Path(__file__).resolve().parents[2] / "infra" / "migrations_orders"
+from flashsend.settings import load_settings
+from infra.orders_db import ensure_orders_db
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -91,23 +88,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 # ---- order database ------------------------------------------------------------------------
-
-
-def ensure_orders_db(settings: Settings, *, monolith: bool = False) -> str:
-    """Create the order database if missing and migrate it; returns its DSN."""
-    from infra.migrate import apply_migrations
-
-    dsn = settings.orders_pg_dsn
-    name = psycopg.conninfo.conninfo_to_dict(dsn).get("dbname")
-    try:
-        psycopg.connect(dsn).close()
-    except psycopg.OperationalError:
-        with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(str(name))))
-    apply_migrations(dsn, ORDERS_MIGRATIONS)
-    if monolith:
-        apply_migrations(settings.pg_dsn, ORDERS_MIGRATIONS)
-    return dsn
 
 
 def cmd_orders_init(args: argparse.Namespace) -> int:

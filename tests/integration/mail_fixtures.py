@@ -21,10 +21,10 @@ import psycopg
 from confluent_kafka import Consumer, Producer
 from psycopg_pool import AsyncConnectionPool
 
-from flashsend.commands.mail import ORDERS_MIGRATIONS
 from flashsend.mail_bench import spawn_worker
 from flashsend.settings import Settings
 from infra.migrate import apply_migrations
+from infra.orders_db import ORDERS_MIGRATIONS
 from infra.process import terminate
 from infra.ses_standin.admin import SesStandinAdmin
 from producers.mail_topics import ensure_mail_topics

@@ -85,8 +85,8 @@ async def _ingest(store: MailStore, offset: int, *cmds: Any) -> Any:
 def test_order_rolled_back_means_no_mail(ms: Settings) -> None:
     """Trap: dispatch outside the order's transaction. enqueue_mail runs on the caller's
     connection: a rollback takes the mail with it; a commit keeps both and rings the bell."""
-    from flashsend.commands.mail import ORDERS_MIGRATIONS
     from infra.migrate import apply_migrations
+    from infra.orders_db import ORDERS_MIGRATIONS
 
     apply_migrations(ms.pg_dsn, ORDERS_MIGRATIONS)  # monolith: orders beside mail
     with pytest.raises(RuntimeError), psycopg.connect(ms.pg_dsn) as conn, conn.transaction():

@@ -24,9 +24,9 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from flashsend.commands.mail import ORDERS_MIGRATIONS
 from flashsend.settings import Settings
 from infra.migrate import apply_migrations
+from infra.orders_db import ORDERS_MIGRATIONS
 from producers.mail_topics import ensure_mail_topics
 from sinks.mail_enqueue import cancel_mail, enqueue_mail, resend_mail
 from sinks.order_store import NewOrder, monolith_key, place_order, place_order_monolith
