@@ -9,17 +9,17 @@ from typing import Any
 
 import psycopg
 
-from flashsend.commands.campaign import (
+from flashsend.lab.workers import WorkerPool
+from flashsend.settings import Settings
+from infra.ses_standin.admin import SesStandinAdmin
+from producers.campaign import snapshot
+from producers.campaign_ops import (
     DEFAULT_HTML,
     DEFAULT_SUBJECT,
     DEFAULT_TEMPLATE,
     DEFAULT_TEXT,
     create_campaign,
 )
-from flashsend.settings import Settings
-from flashsend.workers import WorkerPool
-from infra.ses_standin.admin import SesStandinAdmin
-from producers.campaign import snapshot
 from schemas.doorbell import DOORBELL_BLOCK, DoorbellWriter
 from schemas.serde import AvroCodec, registry_client
 from sinks.campaign_store import CampaignStore, Progress

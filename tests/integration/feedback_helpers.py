@@ -12,7 +12,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message
 
-from flashsend.feedback_run import end_offsets
+from flashsend.lab.feedback_run import end_offsets
 from flashsend.settings import Settings
 from producers.webhook import WebhookRuntime, serve
 from schemas.serde import AvroCodec, registry_client

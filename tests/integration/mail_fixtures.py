@@ -21,7 +21,7 @@ import psycopg
 from confluent_kafka import Consumer, Producer
 from psycopg_pool import AsyncConnectionPool
 
-from flashsend.mail_bench import spawn_worker
+from flashsend.lab.mail_bench import spawn_worker
 from flashsend.settings import Settings
 from infra.migrate import apply_migrations
 from infra.orders_db import ORDERS_MIGRATIONS

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from flashsend.cli import main
+from flashsend.cli.entry import main
 from flashsend.settings import Settings, settings_env
 
 

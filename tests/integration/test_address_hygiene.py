@@ -10,10 +10,10 @@ import time
 
 import psycopg
 
-from flashsend.commands.campaign import format_status
-from flashsend.commands.control import campaign_report
+from flashsend.cli.campaign import format_status
+from flashsend.cli.control import campaign_report
+from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
-from flashsend.workers import WorkerPool
 from producers.campaign import snapshot, start_campaign
 from sinks.offsets import Assignment
 from streams.addresses import is_valid_email

@@ -11,8 +11,8 @@ import pytest
 from confluent_kafka import Producer
 
 from flashsend.errors import UsageError
+from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
-from flashsend.workers import WorkerPool
 from producers.campaign import start_campaign
 from producers.dlq import read_dead_letters
 from producers.reconcile import Reconciler, requeue_after_resume

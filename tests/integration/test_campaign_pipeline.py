@@ -10,10 +10,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from flashsend.demo import DemoOptions, run_demo
 from flashsend.errors import FlashsendError
+from flashsend.lab.demo import DemoOptions, run_demo
+from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
-from flashsend.workers import WorkerPool
 from producers.campaign import PreflightFailed, start_campaign
 from sinks.queries import query
 from sinks.users import seed_users

@@ -16,8 +16,8 @@ from typing import Any
 
 import psycopg
 
-from flashsend.bench import BenchOptions, run_bench
-from flashsend.chaos import ChaosOptions, run_chaos
+from flashsend.lab.bench import BenchOptions, run_bench
+from flashsend.lab.chaos import ChaosOptions, run_chaos
 from flashsend.settings import Settings, settings_env
 from infra.process import port_open
 

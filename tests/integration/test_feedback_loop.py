@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flashsend.feedback_e2e import E2eOptions, run_e2e
+from flashsend.lab.feedback_e2e import E2eOptions, run_e2e
 from flashsend.settings import Settings
 
 

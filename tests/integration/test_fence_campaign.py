@@ -17,10 +17,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from flashsend.commands.campaign import create_campaign
+from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
-from flashsend.workers import WorkerPool
 from producers.campaign import snapshot, start_campaign
+from producers.campaign_ops import create_campaign
 from sinks.users import seed_users
 from streams.app import Runtime
 from streams.sender import CampaignSender

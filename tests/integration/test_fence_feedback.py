@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 from psycopg_pool import AsyncConnectionPool
 
 from flashsend import deliverability
-from flashsend.mail_bench import spawn_worker
+from flashsend.lab.mail_bench import spawn_worker
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
 from producers.mail_topics import ensure_mail_topics

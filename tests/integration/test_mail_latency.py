@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flashsend.mail_bench import BenchOptions, percentile, run_bench
+from flashsend.lab.mail_bench import BenchOptions, percentile, run_bench
 from tests.conftest import LocalStack
 from tests.integration.mail_fixtures import mail_settings
 

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
-from flashsend.workers import WorkerPool
 from infra.process import free_port
 from producers.campaign import start_campaign
 from producers.dlq_replay import read_letters

@@ -14,9 +14,9 @@ import psycopg
 import pytest
 
 from flashsend import deliverability
-from flashsend.feedback_run import insert_users, wait_for, with_feedback
+from flashsend.lab.feedback_run import insert_users, wait_for, with_feedback
+from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
-from flashsend.workers import WorkerPool
 from infra.process import free_port
 from producers.campaign import start_campaign
 from sinks.recipient_store import ClaimedRecipient

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from flashsend.feedback_run import with_feedback
+from flashsend.lab.feedback_run import with_feedback
 from flashsend.settings import Settings
 from producers.mail_topics import ensure_mail_topics
 from producers.sns_sign import build_subscription_confirmation, generate_signing_key, sign_message

@@ -1,10 +1,10 @@
-"""How the bench computes its figures (flashsend/bench_figures.py): measured, never clamped."""
+"""How the bench computes its figures (flashsend/lab/bench_figures.py): measured, never clamped."""
 
 from __future__ import annotations
 
 import pytest
 
-from flashsend.bench_figures import (
+from flashsend.lab.bench_figures import (
     DEFAULT_SWEEP_RATES,
     clock_check,
     limiter_figures,

@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from flashsend.chaos import freeze, thaw
+from flashsend.lab.chaos import freeze, thaw
+from flashsend.lab.workers import WorkerPool
 from flashsend.settings import load_settings
-from flashsend.workers import WorkerPool
 
 
 def _sleeper() -> subprocess.Popen[bytes]:

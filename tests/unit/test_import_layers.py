@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("flashsend", "producers", "streams", "sinks", "schemas", "infra")
 PIPELINE = ("producers", "streams", "sinks", "schemas")
-CLI = ("flashsend.commands", "flashsend.cli")
+CLI = ("flashsend.cli",)
 LAB = ("flashsend.lab",)
 STANDIN = "infra.ses_standin"
 IO_LIBRARIES = (
@@ -146,7 +146,7 @@ def test_the_tree_has_no_cycle_and_its_layers_point_one_way() -> None:
     ("module", "target", "expected"),
     [
         ("sinks.recipient_store", "streams.sender", "a store imports an agent"),
-        ("streams.throttle", "flashsend.commands.campaign", "pipeline imports"),
+        ("streams.throttle", "flashsend.cli.campaign", "pipeline imports"),
         ("producers.campaign", "flashsend.lab", "pipeline imports"),
         ("producers.campaign", "infra.ses_standin.admin", "SES stand-in"),
         ("sinks.offsets", "sinks.recipient_store", "import cycle"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flashsend.partition_stalls import longest_silence
+from flashsend.lab.partition_stalls import longest_silence
 
 
 def test_steady_partitions_have_short_silences() -> None:

@@ -28,7 +28,7 @@ Examples:
 
 
 def _rates(text: str) -> tuple[float, ...]:
-    from flashsend.bench_figures import parse_rates
+    from flashsend.lab.bench_figures import parse_rates
 
     try:
         return tuple(parse_rates(text))
@@ -37,7 +37,7 @@ def _rates(text: str) -> tuple[float, ...]:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from flashsend.bench_figures import DEFAULT_SWEEP_RATES, DEFAULT_SWEEP_SECONDS
+    from flashsend.lab.bench_figures import DEFAULT_SWEEP_RATES, DEFAULT_SWEEP_SECONDS
 
     p = sub.add_parser(
         "bench",
@@ -117,8 +117,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from flashsend.bench import BenchOptions, run_bench
-    from flashsend.lab_run import sigterm_interrupts
+    from flashsend.lab.bench import BenchOptions, run_bench
+    from flashsend.lab.run import sigterm_interrupts
 
     with sigterm_interrupts():
         result = run_bench(

@@ -65,17 +65,17 @@ def percentile(values: list[float], q: float) -> float:
 def run_bench(
     settings: Settings, options: BenchOptions, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
-    from flashsend.commands.campaign import (
+    from flashsend.lab.demo import ensure_users
+    from flashsend.lab.workers import WorkerPool
+    from infra.orders_db import ensure_orders_db
+    from infra.ses_standin.admin import SesStandinAdmin
+    from producers.campaign_ops import (
         DEFAULT_HTML,
         DEFAULT_SUBJECT,
         DEFAULT_TEMPLATE,
         DEFAULT_TEXT,
         create_campaign,
     )
-    from flashsend.demo import ensure_users
-    from flashsend.workers import WorkerPool
-    from infra.orders_db import ensure_orders_db
-    from infra.ses_standin.admin import SesStandinAdmin
     from producers.mail_topics import ensure_mail_topics
     from producers.outbox_relay import OutboxRelay
     from sinks.ses import SesSender, make_client

@@ -16,14 +16,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from flashsend.bench_campaign import audience_of
-from flashsend.bench_figures import clock_check, pause_latency, summary
-from flashsend.commands.campaign import control_campaign, create_campaign
 from flashsend.errors import UsageError
-from flashsend.lab_run import StartedCampaigns
+from flashsend.lab.bench_campaign import audience_of
+from flashsend.lab.bench_figures import clock_check, pause_latency, summary
+from flashsend.lab.run import StartedCampaigns
 from flashsend.settings import Settings
 from infra.ses_standin.admin import SesStandinAdmin
 from producers.campaign import start_campaign
+from producers.campaign_ops import control_campaign, create_campaign
 
 SETTLED_S = 1.0  # no acceptance for this long after a pause: the pause has taken effect
 SETTLE_MAX_S = 10.0  # give up waiting for that (the latency is then at least this)

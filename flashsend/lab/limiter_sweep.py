@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from flashsend.bench_campaign import audience_of, run_campaign
-from flashsend.bench_figures import limiter_figures
-from flashsend.lab_run import StartedCampaigns
+from flashsend.lab.bench_campaign import audience_of, run_campaign
+from flashsend.lab.bench_figures import limiter_figures
+from flashsend.lab.run import StartedCampaigns
+from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
-from flashsend.workers import WorkerPool
 from infra.ses_standin.admin import SesStandinAdmin
 
 # Acceptance times at the stand-in are per call; 1 ms buckets keep them exact enough for the

@@ -231,7 +231,7 @@ def cmd_mail_resend(args: argparse.Namespace) -> int:
 
 
 def cmd_mail_bench(args: argparse.Namespace) -> int:
-    from flashsend.mail_bench import BenchOptions, run_bench
+    from flashsend.lab.mail_bench import BenchOptions, run_bench
 
     settings = load_settings()
     options = BenchOptions(

@@ -173,8 +173,8 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
-    from flashsend.chaos import ChaosOptions, run_chaos
-    from flashsend.lab_run import sigterm_interrupts
+    from flashsend.lab.chaos import ChaosOptions, run_chaos
+    from flashsend.lab.run import sigterm_interrupts
 
     options = ChaosOptions(
         users=args.users,

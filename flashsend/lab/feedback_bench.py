@@ -31,7 +31,7 @@ from typing import Any
 import aiohttp
 import psycopg
 
-from flashsend.feedback_run import (
+from flashsend.lab.feedback_run import (
     WebhookProcess,
     end_offsets,
     feedback_lag,
@@ -39,9 +39,9 @@ from flashsend.feedback_run import (
     wait_for,
     with_feedback,
 )
-from flashsend.mail_bench import percentile
+from flashsend.lab.mail_bench import percentile
+from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
-from flashsend.workers import WorkerPool
 from infra.process import free_port
 from producers.sns_sign import build_notification, generate_signing_key, sign_message
 

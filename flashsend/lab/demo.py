@@ -10,19 +10,19 @@ from typing import Any
 
 import psycopg
 
-from flashsend.commands.campaign import (
+from flashsend.errors import FlashsendError
+from flashsend.lab.run import StartedCampaigns, error_text, finish_run
+from flashsend.lab.workers import WorkerPool
+from flashsend.progress import ProgressLine
+from flashsend.settings import Settings
+from producers.campaign import start_campaign
+from producers.campaign_ops import (
     DEFAULT_HTML,
     DEFAULT_SUBJECT,
     DEFAULT_TEMPLATE,
     DEFAULT_TEXT,
     create_campaign,
 )
-from flashsend.errors import FlashsendError
-from flashsend.lab_run import StartedCampaigns, error_text, finish_run
-from flashsend.progress import ProgressLine
-from flashsend.settings import Settings
-from flashsend.workers import WorkerPool
-from producers.campaign import start_campaign
 from sinks.campaign_store import SETTLED, CampaignStore
 from sinks.ses import SesSender, make_client
 from sinks.users import seed_users

@@ -31,21 +31,21 @@ from typing import Any
 
 import psycopg
 
-from flashsend.commands.campaign import (
+from flashsend.lab.demo import ensure_users, standin_stats
+from flashsend.lab.run import StartedCampaigns, error_text, finish_run
+from flashsend.lab.workers import WorkerPool
+from flashsend.settings import Settings
+from infra.kafka import KafkaBroker
+from infra.postgres import PostgresServer
+from infra.ses_standin.admin import SesStandinAdmin
+from producers.campaign import start_campaign
+from producers.campaign_ops import (
     DEFAULT_HTML,
     DEFAULT_SUBJECT,
     DEFAULT_TEMPLATE,
     DEFAULT_TEXT,
     create_campaign,
 )
-from flashsend.demo import ensure_users, standin_stats
-from flashsend.lab_run import StartedCampaigns, error_text, finish_run
-from flashsend.settings import Settings
-from flashsend.workers import WorkerPool
-from infra.kafka import KafkaBroker
-from infra.postgres import PostgresServer
-from infra.ses_standin.admin import SesStandinAdmin
-from producers.campaign import start_campaign
 from producers.reconcile import Reconciler
 from sinks.campaign_store import CampaignStore
 from sinks.ses import SesSender, make_client

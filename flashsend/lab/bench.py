@@ -2,9 +2,9 @@
 side with the naive approach (one SES SendEmail per user in a loop).
 
 The runs, in order: the main campaign (rate unlimited; its status query is timed while it
-sends), the limiter sweep (flashsend/limiter_sweep.py), pause/resume cycles at a limit and at
-full speed (flashsend/pause_latency.py), then the naive loop. How each figure is computed:
-flashsend/bench_figures.py; CPU by component: flashsend/bench_campaign.py.
+sends), the limiter sweep (flashsend/lab/limiter_sweep.py), pause/resume cycles at a limit and at
+full speed (flashsend/lab/pause_latency.py), then the naive loop. How each figure is computed:
+flashsend/lab/bench_figures.py; CPU by component: flashsend/lab/bench_campaign.py.
 
 Whatever stops a run (a failure, Ctrl-C), it ends with the workers stopped, the stand-in's
 faults restored, its campaigns cancelled if unfinished, and a result carrying `error`.
@@ -24,15 +24,15 @@ from typing import Any
 
 import psycopg
 
-from flashsend.bench_campaign import run_campaign
-from flashsend.bench_figures import DEFAULT_SWEEP_RATES, DEFAULT_SWEEP_SECONDS, worst_ratio
-from flashsend.demo import ensure_users
-from flashsend.lab_run import StartedCampaigns, error_text, finish_run
-from flashsend.limiter_sweep import run_sweep
-from flashsend.partition_stalls import campaign_stall
-from flashsend.pause_latency import check_clock, pause_figures, pause_run
+from flashsend.lab.bench_campaign import run_campaign
+from flashsend.lab.bench_figures import DEFAULT_SWEEP_RATES, DEFAULT_SWEEP_SECONDS, worst_ratio
+from flashsend.lab.demo import ensure_users
+from flashsend.lab.limiter_sweep import run_sweep
+from flashsend.lab.partition_stalls import campaign_stall
+from flashsend.lab.pause_latency import check_clock, pause_figures, pause_run
+from flashsend.lab.run import StartedCampaigns, error_text, finish_run
+from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
-from flashsend.workers import WorkerPool
 from infra.ses_standin.admin import SesStandinAdmin
 from sinks.ses import SesSender, make_client
 
@@ -225,7 +225,7 @@ def run_bench(
         ses.set_faults(
             latency_ms=options.ses_latency_ms, jitter_ms=0, p429=0, p_transient=0, p_hang=0
         )
-        from flashsend.commands.campaign import (
+        from producers.campaign_ops import (
             DEFAULT_HTML,
             DEFAULT_SUBJECT,
             DEFAULT_TEMPLATE,

@@ -43,8 +43,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from flashsend.demo import DemoOptions, run_demo
-    from flashsend.lab_run import sigterm_interrupts
+    from flashsend.lab.demo import DemoOptions, run_demo
+    from flashsend.lab.run import sigterm_interrupts
 
     settings = load_settings()
     with sigterm_interrupts():

@@ -18,13 +18,13 @@ from typing import Any
 import psutil
 import psycopg
 
-from flashsend.bench_figures import summary
-from flashsend.commands.campaign import create_campaign
-from flashsend.demo import ensure_users, standin_stats
-from flashsend.lab_run import StartedCampaigns
+from flashsend.lab.bench_figures import summary
+from flashsend.lab.demo import ensure_users, standin_stats
+from flashsend.lab.run import StartedCampaigns
+from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
-from flashsend.workers import WorkerPool
 from producers.campaign import start_campaign
+from producers.campaign_ops import create_campaign
 from sinks.campaign_store import CampaignStore, Progress
 
 # Progress is read from trigger-kept counters (a few hundred rows whatever the campaign's

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flashsend.commands.campaign import create_campaign
-from flashsend.feedback_run import (
+from flashsend.lab.feedback_run import (
     WebhookProcess,
     campaign_row,
     feedback_counters,
@@ -32,11 +31,12 @@ from flashsend.feedback_run import (
     wait_for,
     with_feedback,
 )
-from flashsend.lab_run import StartedCampaigns, finish_run
+from flashsend.lab.run import StartedCampaigns, finish_run
+from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
-from flashsend.workers import WorkerPool
 from infra.ses_standin.events_admin import SesEventsAdmin
 from producers.campaign import start_campaign
+from producers.campaign_ops import create_campaign
 from sinks.ses import SesSender, make_client
 
 TEMPLATE = ("feedback_e2e", "{{first_name}}, flash sale", "<p>Hi {{first_name}}</p>", "Hi")

@@ -122,7 +122,7 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from flashsend.feedback_bench import BenchOptions, run_bench
+    from flashsend.lab.feedback_bench import BenchOptions, run_bench
 
     options = BenchOptions(events=args.events, concurrency=args.concurrency, pauses=args.pauses)
     result = run_bench(load_settings(), options, log=(lambda _m: None) if args.json else print)
@@ -131,8 +131,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_e2e(args: argparse.Namespace) -> int:
-    from flashsend.feedback_e2e import E2eOptions, run_e2e_scratch
-    from flashsend.lab_run import sigterm_interrupts
+    from flashsend.lab.feedback_e2e import E2eOptions, run_e2e_scratch
+    from flashsend.lab.run import sigterm_interrupts
 
     options = E2eOptions(
         users=args.users,

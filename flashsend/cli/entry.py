@@ -1,11 +1,12 @@
-"""`flashsend` — the command line. Each command group lives in flashsend/commands/."""
+"""`flashsend`: the entry point. It builds the parser from the command groups beside it in
+flashsend/cli/ (each exposes `register(subparsers)`; add new ones to registry())."""
 
 from __future__ import annotations
 
 import argparse
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from flashsend.errors import FlashsendError
 
@@ -26,9 +27,38 @@ Settings come from FLASHSEND_* environment variables (see README.md).
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from flashsend.commands import registry
+Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
+
+def registry() -> list[Register]:
+    from flashsend.cli import (
+        bench,
+        campaign,
+        control,
+        demo,
+        feedback,
+        mail,
+        operations,
+        schemas,
+        stack,
+        worker,
+    )
+
+    return [
+        stack.register,
+        campaign.register,
+        control.register,
+        worker.register,
+        demo.register,
+        bench.register,
+        mail.register,
+        feedback.register,  # webhook, feedback status|bench|e2e
+        schemas.register,
+        operations.register,  # after control: adds `dlq show|replay`
+    ]
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="flashsend",
         description=DESCRIPTION,
@@ -59,7 +89,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("flashsend: interrupted", file=sys.stderr)
         return 130
     return int(result or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,7 @@
+"""`python -m flashsend.cli`: the same as the `flashsend` command."""
+
+import sys
+
+from flashsend.cli.entry import main
+
+sys.exit(main())
