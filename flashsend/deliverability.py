@@ -1,4 +1,4 @@
-"""Deliverability settings derived from `Settings` (issue 5), in one place.
+"""Deliverability settings derived from `Settings`, in one place.
 
 Production trusts only AWS: SigningCertURL and SubscribeURL on `sns.<region>.amazonaws.com`
 over https, and the TopicArns listed in `sns_topic_arns`. The local stack signs with its own

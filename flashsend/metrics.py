@@ -8,7 +8,7 @@ Two kinds:
 - gauges computed at scrape time from PostgreSQL and the broker (`StateCollector`): consumer
   lag per partition (log end − the offset stored in PostgreSQL, which is what our workers
   resume from), outbox backlog and age of its oldest row, dead-letter topic size, complaint
-  and bounce rates per campaign (issue 5's `campaign_feedback`). Cached for a few seconds so
+  and bounce rates per campaign (`campaign_feedback`). Cached for a few seconds so
   a scrape costs a handful of small queries, whatever the scrape rate.
 
 `serve(settings, collector)` starts the HTTP endpoint when `metrics_port` is set (0 = off,
@@ -125,7 +125,7 @@ def count_mail(status: str, n: int = 1) -> None:
     MAIL.labels(status).inc(n)
 
 
-# ---- for the webhook and the feedback consumer (issue 5) ------------------------------------
+# ---- for the webhook and the feedback consumer ------------------------------------
 
 
 def count_webhook(outcome: str) -> None:

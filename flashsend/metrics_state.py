@@ -116,7 +116,7 @@ def dlq_reader(marks: Watermarks, topic: str) -> Reader:
 
 
 def feedback_reader(dsn: str) -> Reader:
-    """Complaint and bounce rates per campaign from issue 5's campaign_feedback (if present)."""
+    """Complaint and bounce rates per campaign from campaign_feedback (if present)."""
 
     def read() -> list[GaugeMetricFamily]:
         complaint = GaugeMetricFamily(

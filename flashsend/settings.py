@@ -15,7 +15,7 @@ from pydantic import SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "FLASHSEND_"
-# Deliverability (issue 5): a well-known key, refused when sending through real Amazon SES.
+# Deliverability: a well-known key, refused when sending through real Amazon SES.
 LOCAL_UNSUBSCRIBE_KEYS = "local:Zmxhc2hzZW5kLWxvY2FsLW9ubHktdW5zdWJzY3JpYmU="
 
 
@@ -85,7 +85,7 @@ class Settings(BaseSettings):
     # dynamic membership. Set per slot by WorkerPool(static=True) (chaos), or by hand.
     worker_instance: str = ""
 
-    # Transactional mail (issue 6) — docs/transactional.md explains each knob.
+    # Transactional mail — docs/transactional.md explains each knob.
     orders_database: str = "flashsend_orders"  # the demo order service's own database
     orders_pg_dsn: str = ""  # empty: orders_database on the same server as pg_dsn
     order_events_partitions: int = 3
@@ -111,7 +111,7 @@ class Settings(BaseSettings):
     relay_max_failures: int = 10  # message-specific publish failures before `dead`
     relay_backoff_cap_s: float = 30.0
 
-    # Operations (issue 8) — docs/operations.md: schema registry, replay, metrics, logs.
+    # Operations — docs/operations.md: schema registry, replay, metrics, logs.
     registry_port: int = 18081  # local Apicurio Registry (loopback only)
     registry_heap_mb: int = 384
     registry_java: str = ""  # a java >= 21 for the registry; empty: newest found on this machine
@@ -123,7 +123,7 @@ class Settings(BaseSettings):
     log_format: str = "text"  # text | json (one JSON object per line, message fields as keys)
     operator: str = ""  # who runs replay/dlq commands (audit); empty: the login name
 
-    # Deliverability (issue 5) — docs/deliverability.md explains each knob.
+    # Deliverability — docs/deliverability.md explains each knob.
     webhook_port: int = 14567
     webhook_public_url: str = ""  # base of List-Unsubscribe URLs; empty: http://127.0.0.1:PORT
     sns_topic_arns: tuple[str, ...] = ("arn:aws:sns:us-east-1:000000000000:flashsend-ses-events",)
@@ -146,12 +146,12 @@ class Settings(BaseSettings):
             object.__setattr__(self, "pg_dsn", dsn)
         if self.ses_endpoint is None:
             object.__setattr__(self, "ses_endpoint", f"http://127.0.0.1:{self.ses_port}")
-        if not self.schema_registry_url:  # operations (issue 8)
+        if not self.schema_registry_url:  # operations
             url = "mock://flashsend"
             if "registry" in self.local_services:
                 url = f"http://127.0.0.1:{self.registry_port}/apis/ccompat/v7"
             object.__setattr__(self, "schema_registry_url", url)
-        if not self.orders_pg_dsn:  # transactional mail (issue 6)
+        if not self.orders_pg_dsn:  # transactional mail
             dsn = make_conninfo(self.pg_dsn, dbname=self.orders_database)
             object.__setattr__(self, "orders_pg_dsn", dsn)
         object.__setattr__(self, "state_dir", self.state_dir.resolve())

@@ -141,8 +141,8 @@ class Stack:
         self.kafka = KafkaBroker(settings)
         self.postgres = PostgresServer(settings)
         self.ses = SesStandin(settings)
-        self.registry = SchemaRegistry(settings)  # operations (issue 8)
-        self.webhook = WebhookService(settings)  # deliverability (issue 5)
+        self.registry = SchemaRegistry(settings)  # operations
+        self.webhook = WebhookService(settings)  # deliverability
 
     def _services(
         self, log: Callable[[str], None] = print

@@ -53,7 +53,7 @@ def preflight(settings: Settings, template: str, rate: float, committed: float =
     (the limits of the other live campaigns: two campaigns at the full budget would eat the
     reserve). Returns the rate to use: an unlimited campaign (0) is capped at what is left
     when the account has a limit."""
-    try:  # deliverability (issue 5): marketing and transactional never share a config set
+    try:  # deliverability: marketing and transactional never share a config set
         check_separation(settings)
     except FlashsendError as exc:
         raise PreflightFailed(str(exc)) from exc

@@ -102,10 +102,10 @@ class Runtime:
                 campaigns=self.campaigns,
                 codec=AvroCodec(registry_client(s.schema_registry_url), "campaign_recipient"),
                 dlq=DeadLetterProducer(s.kafka_bootstrap, s.topic_dlq),
-                headers_for=deliverability.unsubscribe_headers(s),  # RFC 8058 one-click (issue 5)
+                headers_for=deliverability.unsubscribe_headers(s),  # RFC 8058 one-click
                 flow=self.flow,
             )
-            await asyncio.to_thread(metrics_state.start, s, "campaign")  # /metrics (issue 8)
+            await asyncio.to_thread(metrics_state.start, s, "campaign")  # /metrics
             return self.sender
 
     async def offsets(self, assignment: Assignment) -> Mapping[int, int]:

@@ -153,7 +153,7 @@ class MailRuntime:
             )
             self._relay_thread.start()
             self._purge_task = asyncio.create_task(self._purge_loop(), name="mail-purge")
-            await asyncio.to_thread(metrics_state.start, s, "mail")  # /metrics (issue 8)
+            await asyncio.to_thread(metrics_state.start, s, "mail")  # /metrics
             return self.ingest
 
     async def offsets(self, assignment: Assignment) -> Mapping[int, int]:

@@ -59,7 +59,7 @@ def _start_stack(state_dir: Path) -> LocalStack:
         ses_port=free_port(),
         kafka_heap_mb=384,
         ses_max_send_rate=0,
-        # The real registry (Apicurio) is started only by the tests that need it (issue 8).
+        # The real registry (Apicurio) is started only by the tests that need it.
         schema_registry_url="mock://flashsend",
     )
     stack = LocalStack(

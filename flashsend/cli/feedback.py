@@ -1,4 +1,4 @@
-"""`flashsend webhook`, `flashsend feedback status|subscribe|bench|e2e` (deliverability, issue 5).
+"""`flashsend webhook`, `flashsend feedback status|subscribe|bench|e2e` (deliverability).
 
 See docs/deliverability.md.
 """

@@ -1,4 +1,4 @@
-"""Transactional mail (issue 6): `flashsend orders …` (the demo order service),
+"""Transactional mail: `flashsend orders …` (the demo order service),
 `flashsend mail status|resend|bench`, `flashsend relay`."""
 
 from __future__ import annotations
@@ -269,7 +269,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
         print(json.dumps(relay.run_once().__dict__))
         relay.close()
         return 0
-    from flashsend import metrics_state  # /metrics of the relay (issue 8)
+    from flashsend import metrics_state  # /metrics of the relay
 
     metrics_state.start(settings, "relay" if args.outbox == "orders" else "mail")
     stop = threading.Event()

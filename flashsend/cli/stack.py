@@ -30,7 +30,7 @@ def cmd_setup(args: argparse.Namespace) -> int:
     require_java()
     libs = ensure_jars(settings)
     print(f"java ok; kafka {kafka_version()} jars in {libs}")
-    if "registry" in settings.local_services:  # operations (issue 8)
+    if "registry" in settings.local_services:  # operations
         from infra.errors import PrerequisiteMissing
         from infra.registry import ensure_app, find_java, registry_version
 

@@ -30,11 +30,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    if args.role == "feedback":  # deliverability (issue 5): mail.events → suppressions
+    if args.role == "feedback":  # deliverability: mail.events → suppressions
         from streams.feedback_app import run_feedback_worker
 
         return run_feedback_worker(load_settings(), args.loglevel)
-    if args.role != "campaign":  # transactional mail (issue 6)
+    if args.role != "campaign":  # transactional mail
         from streams.mail_app import run_role
 
         return run_role(load_settings(), args.role, args.loglevel)
@@ -57,7 +57,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         quiet=True,
         redirect_stdouts=False,
         workdir=str(settings.state_dir / "faust"),
-        logging_config=logging_config(settings.log_format, args.loglevel),  # issue 8
+        logging_config=logging_config(settings.log_format, args.loglevel),
     )
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     worker.execute_from_commandline()

@@ -44,7 +44,7 @@ class WorkerPool:
     settings: Settings
     log_dir: Path
     loglevel: str = "warning"
-    role: str = "campaign"  # `flashsend worker --role` (feedback: issue 5)
+    role: str = "campaign"  # `flashsend worker --role`: campaign, mail or feedback
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     max_rss_mb: float = 0.0
     started: int = 0

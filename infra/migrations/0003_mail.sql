@@ -1,4 +1,4 @@
--- Transactional mail (issue 6): the mail service's tables, in flashsend's own database (the
+-- Transactional mail: the mail service's tables, in flashsend's own database (the
 -- mail platform's database; the order service has its own, see infra/migrations_orders/).
 -- A row in `mail` is the source of truth for one email; Kafka and NOTIFY are only doorbells.
 

@@ -1,4 +1,4 @@
--- Deliverability (issue 5): what SES tells us after sending, and one-click unsubscribes.
+-- Deliverability: what SES tells us after sending, and one-click unsubscribes.
 -- email_suppressions (0001) is the list the sender re-checks before every batch; these tables
 -- feed it and decide when a campaign must stop by itself.
 

@@ -1,4 +1,4 @@
--- Operations (issue 8): every offset reset (replay) and every dead letter put back on its
+-- Operations: every offset reset (replay) and every dead letter put back on its
 -- topic is recorded here — who, when, why, and what the plan said — so "why did this mail go
 -- out again?" is answered by a query, not by memory. Rows are only ever inserted.
 

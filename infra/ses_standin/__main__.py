@@ -59,7 +59,7 @@ def config_from_args(args: argparse.Namespace) -> FaultConfig:
 
 async def serve(args: argparse.Namespace) -> None:
     account = SesAccount(args.state_dir, config_from_args(args), seed=args.seed)
-    # Event publishing (issue 5): SES events as signed SNS POSTs to subscribed webhooks.
+    # Event publishing: SES events as signed SNS POSTs to subscribed webhooks.
     emission = EventEmission(args.state_dir / "events")
     account.on_accepted.append(emission.on_accepted)
     app = build_app(account)

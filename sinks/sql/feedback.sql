@@ -1,4 +1,4 @@
--- Deliverability (issue 5): the feedback agent's effects and the one-click unsubscribe.
+-- Deliverability: the feedback agent's effects and the one-click unsubscribe.
 
 -- name: apply_feedback
 -- One batch of feedback events, one statement, in the transaction that also advances the
@@ -116,7 +116,7 @@ SELECT (SELECT count(*) FROM changed) AS changed,
        (SELECT count(*) FROM (SELECT pg_notify('feedback_outbox', '') FROM event) n) AS notified;
 
 -- name: committed_marketing_rate
--- Campaign preflight (issue 5): the limits of the other campaigns that are, or may resume,
+-- Campaign preflight: the limits of the other campaigns that are, or may resume,
 -- sending. They share the account's MaxSendRate minus the transactional reserve with the new one.
 SELECT coalesce(sum(rate_limit), 0) FROM campaigns
  WHERE id <> %(id)s AND status IN ('snapshotting', 'sending', 'paused');

@@ -1,4 +1,4 @@
--- Transactional mail (issue 6): one named statement per state transition of a `mail` row.
+-- Transactional mail: one named statement per state transition of a `mail` row.
 -- Every transition that ends a mail's life is followed, in the same transaction, by
 -- `insert_lifecycle_events` (the mail service's outbox), so no state change goes unreported.
 

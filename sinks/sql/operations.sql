@@ -1,4 +1,4 @@
--- Operations (issue 8): replay (offset reset), dead-letter replay, metrics read at scrape time.
+-- Operations: replay (offset reset), dead-letter replay, metrics read at scrape time.
 
 -- name: replay_lock_offsets
 -- The stored offsets of the partitions being reset, locked until the reset commits: a worker
@@ -61,8 +61,8 @@ SELECT partition, next_offset FROM kafka_offsets
  WHERE group_id = %(group_id)s AND topic = %(topic)s;
 
 -- name: metrics_campaign_feedback
--- Complaint and bounce rates of the campaigns sending or recently finished (deliverability
--- counters of issue 5; tiny table, one row per campaign).
+-- Complaint and bounce rates of the campaigns sending or recently finished (the feedback
+-- agent's counters; tiny table, one row per campaign).
 SELECT f.campaign_id, f.sent, f.complained, f.bounced
   FROM campaign_feedback f JOIN campaigns c ON c.id = f.campaign_id
  WHERE c.status IN ('sending', 'paused') OR c.updated_at > now() - interval '1 hour';
