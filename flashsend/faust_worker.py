@@ -43,7 +43,7 @@ class BoundedShutdownWorker(Worker):  # type: ignore[misc,unused-ignore]
         # Faust's terminal spinner advances on every log record, so with it the worker sets the
         # root logger to DEBUG whatever --loglevel says: every botocore and aiokafka debug call
         # then built a LogRecord and took a handler lock (~5 % of a sending worker's CPU,
-        # py-spy, docs/design.md §15). Our workers log to files; no spinner.
+        # py-spy, docs/decisions.md). Our workers log to files; no spinner.
         self.spinner = None
         self._grace_s = grace_s
         if exit_with_parent and os.getppid() != 1:

@@ -118,7 +118,7 @@ def snapshot(conn: psycopg.Connection, campaign_id: int, audience: str) -> int:
         # Statistics before any worker plans against the new rows (they become visible
         # together at commit). Without them, the planner took record_results through every
         # row of the campaign: 203 ms a call instead of 1.2 ms, for the first ~1,500 calls of
-        # a 1M campaign (pg_stat_statements, docs/design.md §11). Only this campaign's rows
+        # a 1M campaign (pg_stat_statements, docs/decisions.md). Only this campaign's rows
         # are sampled, 3,000 of them (statistics target 10): seq and user_id are unique and
         # status has two values, which that sample shows as well as the default 30,000
         # (0.01 s instead of 0.08-0.13 s for 860k rows). Autovacuum's later ANALYZE uses the

@@ -1,6 +1,6 @@
 """SES event JSON (the `Message` of a verified SNS notification) → one record per recipient.
 
-Pure. Two shapes reach the webhook (design §5):
+Pure. Two shapes reach the webhook:
 
 - event publishing (a configuration set's event destination): `eventType`, and `mail.tags`
   carrying our tags (`{"campaign": ["42"], "seq": ["1234"]}`) plus SES's own `ses:*` tags;

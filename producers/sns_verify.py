@@ -1,6 +1,6 @@
 """Verify the SNS HTTP POSTs that carry SES events back to us.
 
-Why our own: the PyPI validators are SHA1-only or fetch `SubscribeURL` unchecked (design §6).
+Why our own: the PyPI validators are SHA1-only or fetch `SubscribeURL` unchecked.
 
 - A valid signature only proves that *some* SNS topic sent the message: anyone can subscribe our
   webhook to a topic of their own and publish forged bounces through real SNS. The `TopicArn`

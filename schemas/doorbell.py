@@ -4,7 +4,7 @@ A doorbell rings for a block of up to DOORBELL_BLOCK recipients of one campaign 
 keys map to the same partition (contract `campaign_recipient` v2: the first recipient in the
 top-level fields, the others in `more_recipients`). One record per recipient cost the workers
 ~30 % of their CPU in Faust's per-record path, and the broker and producer as much again per
-record (py-spy, docs/design.md §13).
+record (py-spy, docs/decisions.md).
 
 fastavro's schemaless_writer was 40% of the producer's time (profiled with py-spy), and the
 record is integers only: its Avro body is zig-zag varints, two of which are the same for the
@@ -26,8 +26,9 @@ DOORBELL_BLOCK = 25
 # Doorbells per producer batch (librdkafka `batch.num.messages`). The broker hands a consumer
 # whole batches, so this bounds how many recipients of ONE partition a fetch can bring at
 # once (here 500): with librdkafka's default (10,000 records) a worker's stream buffer filled
-# with one partition's records while its other partitions' lanes sat idle (docs/design.md
-# §11). Pairs with streams.app.DOORBELL_FETCH_BYTES and streams.sender.UNCLAIMED_PER_PARTITION.
+# with one partition's records while its other partitions' lanes sat idle
+# (docs/decisions.md). Pairs with streams.app.DOORBELL_FETCH_BYTES and
+# streams.sender.UNCLAIMED_PER_PARTITION.
 DOORBELL_BATCH_RECORDS = 20
 
 Member = tuple[int, int]  # (seq, user_id)

@@ -1,5 +1,5 @@
 """The Postgres offset store shared by every consumer (campaign sender, mail service,
-feedback): offsets are stored with the effects, in the same transaction (design §4).
+feedback): offsets are stored with the effects, in the same transaction (docs/architecture.md §4).
 
 Two fences guard every batch (`PartitionOffsets.transaction`):
 - the owner epoch. On assignment a worker takes a new epoch for each partition it got

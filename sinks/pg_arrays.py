@@ -2,7 +2,7 @@
 
 psycopg dumps a Python list element by element in Python (types/array.py): for a claim of
 2,000 keys that was ~2.4 ms of a worker's CPU, ~0.6 ms as one literal built with str.join
-(docs/design.md §15). The statement casts the parameter (`%(seqs)s::int[]`), so PostgreSQL
+(docs/decisions.md). The statement casts the parameter (`%(seqs)s::int[]`), so PostgreSQL
 parses the literal exactly as it would an array value sent by psycopg.
 
 Text elements are always double-quoted, with backslash and double quote escaped: inside quotes

@@ -94,7 +94,7 @@ def make_client(
 
 
 # botocore's rest-json serializer walks the service model for every value it sends: for a
-# 50-entry SendBulkEmail that walk was 12 % of a worker's CPU (py-spy, docs/design.md §12).
+# 50-entry SendBulkEmail that walk was 12 % of a worker's CPU (py-spy, docs/decisions.md).
 # For this operation the walk is an identity copy (only strings, lists and structures, no
 # renamed or header-bound members, attachments aside: tests/unit/test_ses_body.py checks the
 # model and compares the bytes with botocore's), and the body is `json.dumps` of the

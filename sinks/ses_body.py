@@ -2,7 +2,7 @@
 
 A worker writes one entry per recipient: ~1,000 a second each. Built as dicts and then
 dumped (`json.dumps` of the whole request, inner `json.dumps` of each entry's template data)
-they cost ~11 µs a recipient; written here as text, ~7.6 µs (docs/design.md §16). The text is
+they cost ~11 µs a recipient; written here as text, ~7.6 µs (docs/decisions.md). The text is
 exactly what `json.dumps` writes for the same entry (default separators, non-ASCII escaped):
 tests/unit/test_ses_body.py compares the request bytes with botocore's own serialisation.
 """

@@ -42,7 +42,7 @@ DOORBELL_FETCH_BYTES = 4_096
 # still being fetched refilled the buffer with its own doorbells while the other partitions of
 # that worker waited for 40 %, which at one lane's pace took 24 s: five of a worker's six
 # partitions sent nothing for 24 s in a 1M bench
-# (docs/design.md §16). The sender pauses its own full partitions (FaustPartitionFlow) and
+# (docs/decisions.md). The sender pauses its own full partitions (FaustPartitionFlow) and
 # never makes the stream wait for one, so this buffer only has to cover a fetch or two:
 # 6 partitions x ~24 doorbells of DOORBELL_FETCH_BYTES each.
 STREAM_BUFFER_DOORBELLS = 256
@@ -138,7 +138,7 @@ class Runtime:
 class RawBytes(faust.Schema[bytes, bytes]):
     """Keys and values handed to the agent as the bytes on the wire. The agent decodes the
     Avro doorbell itself (once, when it queues the record); Faust's codec registry would only
-    pass the bytes through, at ~2.5 % of a worker's CPU (py-spy, docs/design.md §12)."""
+    pass the bytes through, at ~2.5 % of a worker's CPU (py-spy, docs/decisions.md)."""
 
     def loads_key(self, app: Any, message: Any, **_: Any) -> Any:
         return message.key

@@ -1,8 +1,8 @@
 """What every worker knows about live campaigns, refreshed several times a second.
 
-Pause/cancel are a column (design §3). Each worker polls the tiny `campaigns` table every
-`interval` seconds and lanes consult the cached copy right before each SES call, so a pause
-is seen within one interval; `flashsend campaign pause` waits that long before returning.
+Pause/cancel are a column (docs/architecture.md §4). Each worker polls the tiny `campaigns`
+table every `interval` seconds and lanes consult the cached copy right before each SES call,
+so a pause is seen within one interval; `flashsend campaign pause` waits that long before returning.
 """
 
 from __future__ import annotations

@@ -240,7 +240,7 @@ async def consume_batches(
 
     take_events() acks a batch even when the handler raises; carrying on would silently skip it
     until the next rebalance. So an error the handler could not absorb crashes the worker: the
-    offsets stored in Postgres make the restart exact (design §4)."""
+    offsets stored in Postgres make the restart exact (docs/architecture.md §4)."""
     async for events in stream.take_events(take_max, within=within):
         try:
             await handle([e.message for e in events])

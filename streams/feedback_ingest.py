@@ -12,7 +12,7 @@ Records below a partition's stored offset are skipped one by one (applied before
 of a partition another worker now owns (a newer epoch) is applied (sinks.offsets).
 A database or DLQ outage is retried here with backoff and jitter, never acknowledged past: the
 offsets only move with the effects (Faust acks the batch whatever happens, so giving up would
-skip it; see design §4).
+skip it; see docs/architecture.md §4).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What a feedback event means for us, and when a campaign must stop by itself (pure).
 
-Rules (design §5, seed 1.7 and case 2):
+Rules (docs/deliverability.md §3, seed 1.7 and case 2):
 
 - a Permanent bounce or a complaint suppresses the address (never mail it again, from any
   campaign); a Transient or Undetermined bounce does not (a full mailbox is not a dead one);

@@ -86,7 +86,7 @@ UNCLAIMED_PER_PARTITION = 2 * DOORBELL_BATCH_RECORDS * DOORBELL_BLOCK
 # for one partition. Blocking the whole stream for one full partition starved the others:
 # behind it, Faust's buffer filled with that partition's doorbells, which drained at its one
 # lane's pace while the other lanes ran dry (five partitions of a worker silent for 24 s in a
-# 1M bench, docs/design.md §16). RESUME_AT is a second of an unlimited lane's sending
+# 1M bench, docs/decisions.md). RESUME_AT is a second of an unlimited lane's sending
 # (~1,500/s): Faust's fetch loop sleeps a second when every partition is paused.
 PAUSE_ABOVE = 6 * DOORBELL_BATCH_RECORDS * DOORBELL_BLOCK
 RESUME_AT = PAUSE_ABOVE // 2

@@ -19,7 +19,7 @@ bench/results/<timestamp>.json and a PNG plot.
 Key figures: limiter_sweep / limiter_worst_ratio (busiest sliding second at the SES stand-in
 / limit), pause_latency_ms (pause command returned -> last entry SES accepted), status_query_ms
 (timed while the main campaign sends), end_to_end_rate_per_s, cpu_us_per_recipient_product
-(the stand-in's CPU apart). docs/scaling.md explains each.
+(the stand-in's CPU apart). docs/performance.md explains each.
 
 Examples:
   flashsend bench --json                                    # the full 1M run

@@ -3,7 +3,7 @@ send between its first and its last (pure), and the query that feeds it.
 
 A campaign's rate can look fine on average while one worker's partitions sit idle: in a 1M
 bench, five of a worker's six partitions sent nothing for 24 s while the sixth kept the
-worker busy (docs/design.md §16). The overall rate only showed a step down; per partition the
+worker busy (docs/decisions.md). The overall rate only showed a step down; per partition the
 silence is plain.
 """
 

@@ -1,4 +1,4 @@
--- Campaign speed, measured on 860k recipients (docs/scaling.md):
+-- Campaign speed, measured on 860k recipients (docs/decisions.md):
 --
 -- 1. The foreign key campaign_recipients -> campaigns fired one RI trigger per inserted row:
 --    6.5 s of an 18 s snapshot. Recipients are only ever inserted by the snapshot, inside the

@@ -1,6 +1,6 @@
 -- campaign_recipients is partitioned by campaign (LIST on campaign_id): one partition per
 -- campaign, created and loaded by the campaign's snapshot (producers/campaign.snapshot,
--- sinks/recipient_partitions.py). Measured on the bench database (docs/design.md §12):
+-- sinks/recipient_partitions.py). Measured on the bench database (docs/decisions.md):
 --
 -- 1. A snapshot into the one shared table got slower as campaigns accumulated: with 16M rows
 --    of earlier campaigns, the INSERT of 860k rows took 3.6–5.1 s and the ANALYZE it needs
@@ -8,7 +8,7 @@
 --    indexes built after the load, the same rows take ~2 s and ANALYZE 0.07 s, whatever the
 --    history.
 -- 2. Retiring a campaign becomes DETACH + DROP of its partition instead of a DELETE of its
---    rows (docs/scaling.md).
+--    rows (docs/performance.md).
 --
 -- No DEFAULT partition: every attach would have to check (scan) the default partition's rows
 -- for the new campaign id. Rows of a campaign that has no partition are refused; only the

@@ -7,7 +7,7 @@
 --              keeps plainly broken addresses out of the campaign (skipped, invalid_email).
 --              No bounded repetition ({1,64} made PostgreSQL's regex engine 8x slower):
 --              strpos bounds the local part instead.
--- Measured on the bench's 1M users (docs/design.md §15): computing both in the snapshot cost
+-- Measured on the bench's 1M users (docs/decisions.md): computing both in the snapshot cost
 -- ~0.65 s of its ~2.3 s (lower/btrim 0.18 s, the regex 0.37 s, strpos/length 0.1 s), and the
 -- anti-join on a computed key could not use the plain column. Both are STORED generated
 -- columns, so they follow every change of `email` and no writer has to know about them.

@@ -2,7 +2,7 @@
 -- now name the campaign's own partition instead of campaign_recipients: on the parent each
 -- execution was planned again (a generic plan there locks every partition at each
 -- execution, so PostgreSQL kept custom plans), and planning was ~30 % of their server time
--- (docs/design.md §16).
+-- (docs/decisions.md).
 -- A statement that names a partition fires that partition's statement triggers, not the
 -- parent's, so each campaign partition gets its own copy of the counter trigger for updates
 -- (migration 0010). Statements that name the parent still fire only the parent's trigger:

@@ -1,4 +1,4 @@
--- Offsets stored with the effects (sinks/offsets.py, docs/design.md §4): every consumer
+-- Offsets stored with the effects (sinks/offsets.py, docs/architecture.md): every consumer
 -- (campaign sender, mail service, feedback agent) advances its partitions' next_offset in the
 -- transaction that applies the records, under two fences: the owner epoch and the offset.
 

@@ -60,7 +60,7 @@ SELECT seq, user_id FROM campaign_recipients
 -- rows whose doorbell is gone, not every pending row (returned with status 'pending').
 -- `cand` is MATERIALIZED: planned on its own, the five-way join and the update are two small
 -- plans instead of one of six relations (planning 0.98 -> 0.49 ms a claim, execution the same;
--- docs/design.md §12). The update's own `r.status = 'pending'` still decides the race.
+-- docs/decisions.md). The update's own `r.status = 'pending'` still decides the race.
 WITH batch AS (
     SELECT * FROM unnest(%(campaign_ids)s::bigint[], %(seqs)s::int[]) AS b(campaign_id, seq)
 ), cand AS MATERIALIZED (
@@ -75,7 +75,7 @@ WITH batch AS (
                                 -- = ANY: the planner drops other campaigns' partitions.
                                 -- The distinct ids, not one per key: the cost grew with
                                 -- keys x array length (a 1,000-key claim took 186 ms with
-                                -- one id per key, 19 ms with the distinct ids; design §15).
+                                -- one id per key, 19 ms with the distinct ids; docs/decisions.md).
                                 AND r.campaign_id = ANY(%(campaigns)s::bigint[])
       JOIN campaigns c ON c.id = r.campaign_id AND c.status IN ('sending', 'paused')
       LEFT JOIN users u ON u.id = r.user_id
@@ -116,7 +116,7 @@ SELECT EXISTS (
 -- parent, every execution was planned again: a generic plan of a statement on the parent
 -- locks all ~150 partitions at each execution, so PostgreSQL kept custom plans, and planning
 -- took about a third of the claim's and record_results' server time (pg_stat_statements,
--- docs/design.md §16). On the partition the generic plan is cheap and reused. Same checks,
+-- docs/decisions.md). On the partition the generic plan is cheap and reused. Same checks,
 -- same race rule as claim_batch.
 WITH cand AS MATERIALIZED (
     SELECT r.seq, u.first_name, c.status = 'paused' AS paused,

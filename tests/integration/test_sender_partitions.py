@@ -197,7 +197,7 @@ def test_a_full_partition_is_paused_not_waited_for_and_resumed_once_drained(
     settings: Settings,
 ) -> None:
     """With a PartitionFlow the agent never waits for one partition: waiting starved the
-    others behind it for 24 s in a 1M bench (docs/design.md §16). The full partition stops
+    others behind it for 24 s in a 1M bench (docs/decisions.md). The full partition stops
     being fetched instead, and is fetched again once its feeder has claimed it down to
     RESUME_AT (streams/sender.py); nothing queued is lost."""
     seed_users(settings.pg_dsn, 4_500)

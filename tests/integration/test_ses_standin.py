@@ -312,7 +312,7 @@ def test_hang_records_then_times_out(ses: StandinProcess) -> None:
 
 
 def test_botocore_max_attempts_1_still_retries_a_hung_send(ses: StandinProcess) -> None:
-    """Guard for design §5: `{"max_attempts": 1}` is one *retry*, so a hang sends twice."""
+    """Guard (SDK retries off): `{"max_attempts": 1}` is one *retry*, so a hang sends twice."""
     client = boto3.client(
         "sesv2",
         endpoint_url=ses.url,
