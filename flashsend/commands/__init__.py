@@ -17,6 +17,7 @@ def registry() -> list[Register]:
         feedback,  # issue 5
         mail,
         operations,
+        resend,
         schemas,
         stack,
         worker,
@@ -26,6 +27,7 @@ def registry() -> list[Register]:
         stack.register,
         campaign.register,
         control.register,
+        resend.register,  # after control: adds `campaign resend-unknown`
         worker.register,
         demo.register,
         bench.register,

@@ -11,6 +11,8 @@ import psycopg
 from flashsend.settings import load_settings
 from sinks.campaign_store import CampaignStore
 from sinks.queries import query
+from sinks.resolution_store import UnknownRowsStore
+from streams.resolution import in_doubt_summary
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -130,6 +132,7 @@ def campaign_report(
     return {
         "campaign": progress,
         "by_status_reason": [{"status": s, "reason": r or None, "count": n} for s, r, n in reasons],
+        "in_doubt": in_doubt_summary(reasons, UnknownRowsStore(conn).resends(campaign_id)),
         "rate_over_time": [{"t_s": b * bucket_s, "per_s": round(n / bucket_s, 1)} for b, n in rate],
     }
 
@@ -148,6 +151,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     print("  status / reason:")
     for row in report["by_status_reason"]:
         print(f"    {row['status']:<10} {row['reason'] or '':<40} {row['count']:>10,}")
+    d = report["in_doubt"]
+    print(
+        f"  in doubt: {d['resolved_sent']:,} resolved sent and {d['resolved_failed']:,} failed by "
+        f"SES events, {d['event_before_answer']:,} settled by an event before the call's answer, "
+        f"{d['still_unknown']:,} still unknown, {d['resent']:,} queued again by resend-unknown"
+    )
     print(f"  rate over time (per {args.bucket:g}s bucket):")
     for row in report["rate_over_time"]:
         print(f"    t={row['t_s']:>7.0f}s  {row['per_s']:>9,.1f}/s")
