@@ -4,7 +4,8 @@ again a mail SES did accept is a duplicate. An operator runs it after a grace lo
 SES's events to have arrived (they settle the rows they prove: streams/resolution.py).
 
 1. plan: the campaign's rows still `unknown` whose call started longer ago than the grace;
-2. refuse while the feedback agent has events left to apply (one of them may prove a row);
+2. wait (bounded) until the feedback agent has applied every event mail.events holds now
+   (one of them may prove a row), else refuse;
 3. in one transaction under the campaign's reconcile lock: those rows → `pending`, flagged
    requeue, reason `resend_unknown`; a `done` campaign → `sending`; one audit row
    (unknown_resends) listing exactly the rows moved;
@@ -14,6 +15,7 @@ SES's events to have arrived (they settle the rows they prove: streams/resolutio
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,20 +36,27 @@ class FeedbackBehind(FlashsendError):
     """The feedback agent has SES events left to apply: one of them may prove a row sent."""
 
 
-def feedback_lag(settings: Settings) -> int:
-    """Records of mail.events the feedback agent has not applied yet (log end minus the offset
-    stored in PostgreSQL, summed over partitions). KafkaException when the broker is away."""
-    topic = settings.topic_mail_events
-    ends = Watermarks(settings.kafka_bootstrap).ends(topic)
+def _stored_offsets(settings: Settings) -> dict[int, int]:
     with psycopg.connect(settings.pg_dsn, autocommit=True, connect_timeout=5) as conn:
-        stored = {
+        return {
             int(p): int(o)
             for p, o in conn.execute(
                 query("metrics_offsets"),
-                {"group_id": feedback_app_id(settings), "topic": topic},
+                {"group_id": feedback_app_id(settings), "topic": settings.topic_mail_events},
             )
         }
+
+
+def unapplied(ends: dict[int, tuple[int, int]], stored: dict[int, int]) -> int:
+    """Records below `ends` (per partition: low, high) the feedback agent has not applied."""
     return sum(max(0, high - max(stored.get(p, 0), low)) for p, (low, high) in ends.items())
+
+
+def feedback_lag(settings: Settings) -> int:
+    """Records of mail.events the feedback agent has not applied yet (log end minus the offset
+    stored in PostgreSQL, summed over partitions). KafkaException when the broker is away."""
+    ends = Watermarks(settings.kafka_bootstrap).ends(settings.topic_mail_events)
+    return unapplied(ends, _stored_offsets(settings))
 
 
 def plan_resend(settings: Settings, campaign_id: int, older_than_s: float) -> ResendPlan:
@@ -55,22 +64,27 @@ def plan_resend(settings: Settings, campaign_id: int, older_than_s: float) -> Re
         return UnknownRowsStore(conn).plan(campaign_id, older_than_s)
 
 
-def check_feedback_caught_up(settings: Settings) -> int:
-    """The feedback lag; FeedbackBehind when events wait or the lag cannot be read."""
+def check_feedback_caught_up(settings: Settings, wait_s: float = 60.0) -> None:
+    """Returns once the feedback agent has applied every record mail.events holds now (events
+    arriving later came after the grace); FeedbackBehind after `wait_s`, or when it cannot be
+    told. mail.events never stops growing while anything sends, hence "holds now"."""
     try:
-        lag = feedback_lag(settings)
+        ends = Watermarks(settings.kafka_bootstrap).ends(settings.topic_mail_events)
+        deadline = time.monotonic() + wait_s
+        while (left := unapplied(ends, _stored_offsets(settings))) > 0:
+            if time.monotonic() > deadline:
+                raise FeedbackBehind(
+                    f"the feedback agent still has {left:,} record(s) of "
+                    f"{settings.topic_mail_events} to apply after {wait_s:.0f}s (is `flashsend "
+                    "worker --role feedback` running?); an unapplied Send event would make a "
+                    "resend a duplicate. Try again later, or pass --ignore-feedback-lag"
+                )
+            time.sleep(0.5)
     except (KafkaException, psycopg.Error) as exc:
         raise FeedbackBehind(
             f"cannot tell whether the feedback agent has applied every SES event ({exc}); "
             "fix that or pass --ignore-feedback-lag"
         ) from exc
-    if lag:
-        raise FeedbackBehind(
-            f"the feedback agent has {lag:,} record(s) of {settings.topic_mail_events} left to "
-            "apply (is `flashsend worker --role feedback` running?); an unapplied Send event "
-            "would make a resend a duplicate. Wait, or pass --ignore-feedback-lag"
-        )
-    return lag
 
 
 @dataclass(frozen=True)

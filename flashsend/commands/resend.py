@@ -25,7 +25,8 @@ With --yes, in one transaction: the rows still unknown whose call started more t
 --older-than ago go back to `pending` (reason resend_unknown), a `done` campaign goes back to
 `sending`, and the unknown_resends table records who, when, why and which rows; then their
 doorbells are produced as `campaign reconcile` does (a paused campaign gets them on resume).
-It refuses while the feedback worker has SES events left to apply (one may prove a row sent).
+First it waits (--wait-feedback, a minute) until the feedback worker has applied every SES event
+mail.events holds, and refuses if it has not (one of them may prove a row sent).
 
 Examples:
   flashsend campaign resend-unknown 42 --older-than 30m            # dry run: how many, which
@@ -66,6 +67,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="act even if the feedback worker has SES events left to apply (risks duplicates)",
     )
+    p.add_argument(
+        "--wait-feedback",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="how long to wait for the feedback worker to apply the SES events already "
+        "received before refusing (default: %(default)s)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_resend_unknown)
 
@@ -99,7 +108,7 @@ def cmd_resend_unknown(args: argparse.Namespace) -> int:
     }
     if args.yes and plan.rows and plan.refusal is None:
         if not args.ignore_feedback_lag:
-            out["feedback_lag"] = check_feedback_caught_up(settings)
+            check_feedback_caught_up(settings, wait_s=args.wait_feedback)
         try:
             out.update(resend_unknown(settings, plan, reason=args.reason).as_dict())
         except FlashsendError as exc:

@@ -13,9 +13,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from flashsend.cli import main
 from flashsend.commands.campaign import create_campaign
 from flashsend.feedback_run import WebhookProcess, feedback_lag, insert_users, with_feedback
-from flashsend.settings import Settings
+from flashsend.settings import Settings, settings_env
 from flashsend.workers import WorkerPool
 from infra.ses_standin.events_admin import SesEventsAdmin
 from producers.campaign import start_campaign
@@ -120,6 +121,18 @@ def test_events_settle_the_accepted_rows_and_resend_unknown_sends_only_the_rest_
             ACCEPTED_IN_DOUBT,
         )
         assert statuses(s, cid) == {"sent": 33, "unknown": 27}
+        wait_for("their events are on mail.events", lambda: feedback_lag(s) >= 2 * 53, 60)
+        # Resending now would mail those 20 twice: refused while their events are unapplied.
+        before = rows(s, cid)
+        with monkeypatch.context() as m:
+            for key, value in settings_env(s).items():
+                m.setenv(key, value)
+            capsys.readouterr()
+            argv = ["campaign", "resend-unknown", str(cid), "--older-than", "10m", "--yes"]
+            code = main([*argv, "--wait-feedback", "1"])
+            err = capsys.readouterr().err
+        assert code == 2 and "the feedback agent still has" in err, err
+        assert rows(s, cid) == before and audit_rows(s, "unknown_resends") == []
 
         feedback.start(1)
         wait_for(
