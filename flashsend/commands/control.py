@@ -55,7 +55,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Needs the local stack (`flashsend up`): it stops and starts the broker and "
         "PostgreSQL itself. Prints one JSON object as the last line with --json, also when the "
         "run fails or is interrupted (Ctrl-C, SIGTERM): then with an `error` field, the broker "
-        "and PostgreSQL started again and the campaign cancelled if unfinished. Example: "
+        "and PostgreSQL started again and the campaign cancelled if unfinished. With the event "
+        "loop (default) it also reports the rows in doubt: unknown_resolved (settled from "
+        "unknown by an SES event), resolved_before_answer, unknown_accepted_by_ses / "
+        "unknown_never_accepted (rows that are or were unknown, looked up at the stand-in), "
+        "unknown_accepted_unresolved (must be 0) and unknown_at_end (before the events). "
+        "Example: "
         "flashsend chaos --users 20000 --workers 2 --kill-every 5 --restart-postgres-at 10 "
         "--zombie-at 4 --json",
     )
@@ -101,6 +106,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=float,
         default=900.0,
         help="give up if the campaign is not finished by then (default: %(default)s)",
+    )
+    p.add_argument(
+        "--events-wait",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="run the event loop (a webhook process and a feedback worker: SES's events settle "
+        "rows in doubt) and wait up to S s after the run for the events of every unknown row "
+        "the stand-in accepted; 0 = no event loop (default: %(default)s)",
     )
     p.add_argument("--json", action="store_true", help="one JSON object on the last line of stdout")
     p.set_defaults(func=cmd_chaos)
@@ -196,6 +210,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         ses_hang_rate=args.ses_hang_rate,
         lease_s=args.lease,
         timeout_s=args.timeout,
+        events_wait_s=args.events_wait,
     )
     with sigterm_interrupts():
         result = run_chaos(load_settings(), options)
