@@ -14,8 +14,9 @@ and let the SES stand-in accept calls without answering. Then wait for the campa
 With the event loop (`events_wait_s` > 0: a webhook process and a feedback worker), SES's
 events settle the rows in doubt as in production; after the run every row that is or was
 unknown is looked up at the stand-in, the run waits (bounded) for the accepted ones to be
-settled, and two more invariants hold: no accepted row is still unknown, and no row was
-settled without the stand-in having accepted it (flashsend/chaos_events.py).
+settled, and more invariants hold: no accepted row is still unknown, no row was settled
+without the stand-in having accepted it, and accepted_by_ses == sent
+(flashsend/chaos_events.py).
 
 The faults combine freely: restarts run in the background while kills go on, the kill
 schedule may pick the frozen worker, a restart may fail. Whatever happens, the run restarts
@@ -415,6 +416,7 @@ def _judge_events(
         result["invariants_ok"]
         and verdict.get("unknown_accepted_unresolved") == 0
         and verdict.get("resolved_not_accepted") == 0
+        and result["accepted_by_ses"] == final["sent"]
     )
     return out
 

@@ -8,7 +8,9 @@ stand-in accepted, and Delivery would double the events without settling anythin
 
 After the run, each row that is or was `unknown` is looked up at the stand-in (by address,
 then campaign and seq tags): accepted or never seen. The run then waits, bounded, until every
-accepted one is settled, and reports what is left.
+accepted one is settled, and reports what is left. Their events may queue behind every other
+event of the run, so the bound is on the time without progress of the feedback agent, capped
+at ten times that.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from flashsend.feedback_run import WebhookProcess, with_feedback
 from flashsend.settings import Settings
 from flashsend.workers import WorkerPool
 from infra.ses_standin.events_admin import SesEventsAdmin
+from producers.resend_unknown import feedback_offsets
 from streams.resolution import EVENT_BEFORE_ANSWER, RESOLVED_BY_EVENT
 
 EVENT_TYPES = ("Send", "Reject")
-MAX_LOOKUPS = 50_000  # rows looked up at the stand-in; beyond, the figures are left out
+MAX_LOOKUPS = 50_000
+MAX_WAIT_FACTOR = 10  # rows looked up at the stand-in; beyond, the figures are left out
 
 # Rows that are or were unknown: still unknown, or settled from unknown by an event.
 _IN_DOUBT = """
@@ -133,18 +137,25 @@ def judge_in_doubt(
     wait_s: float,
     log: Callable[[str], None],
 ) -> dict[str, Any]:
-    """Look each row that is or was unknown up at the stand-in, wait up to `wait_s` for the
-    events of the accepted ones to settle them, and count what is left."""
+    """Look each row that is or was unknown up at the stand-in, wait for the events of the
+    accepted ones to settle them, and count what is left. The wait ends when none is left, or
+    after `wait_s` without progress of the feedback agent (its stored offsets), or at
+    MAX_WAIT_FACTOR x `wait_s`: the events queue behind every other event of the run."""
     doubt = _in_doubt(settings, campaign_id)
     if len(doubt) > MAX_LOOKUPS:
         return {"unknown_lookup_skipped": len(doubt)}
     accepted = accepted_at_ses(events, campaign_id, [(s, e) for s, e, _st, _r in doubt])
-    began = time.monotonic()
+    began = last_progress = time.monotonic()
+    position = -1
     while True:
         doubt = _in_doubt(settings, campaign_id)
         waiting = {s for s, _e, st, _r in doubt if st == "unknown"} & accepted
-        if not waiting or time.monotonic() - began >= wait_s:
+        now = time.monotonic()
+        if not waiting or now - last_progress >= wait_s or now - began >= MAX_WAIT_FACTOR * wait_s:
             break
+        moved = sum(feedback_offsets(settings).values())
+        if moved != position:
+            position, last_progress = moved, now
         time.sleep(0.5)
     waited = time.monotonic() - began
     if waiting:

@@ -36,7 +36,8 @@ class FeedbackBehind(FlashsendError):
     """The feedback agent has SES events left to apply: one of them may prove a row sent."""
 
 
-def _stored_offsets(settings: Settings) -> dict[int, int]:
+def feedback_offsets(settings: Settings) -> dict[int, int]:
+    """The feedback agent's stored next offset per partition of mail.events."""
     with psycopg.connect(settings.pg_dsn, autocommit=True, connect_timeout=5) as conn:
         return {
             int(p): int(o)
@@ -56,7 +57,7 @@ def feedback_lag(settings: Settings) -> int:
     """Records of mail.events the feedback agent has not applied yet (log end minus the offset
     stored in PostgreSQL, summed over partitions). KafkaException when the broker is away."""
     ends = Watermarks(settings.kafka_bootstrap).ends(settings.topic_mail_events)
-    return unapplied(ends, _stored_offsets(settings))
+    return unapplied(ends, feedback_offsets(settings))
 
 
 def plan_resend(settings: Settings, campaign_id: int, older_than_s: float) -> ResendPlan:
@@ -71,7 +72,7 @@ def check_feedback_caught_up(settings: Settings, wait_s: float = 60.0) -> None:
     try:
         ends = Watermarks(settings.kafka_bootstrap).ends(settings.topic_mail_events)
         deadline = time.monotonic() + wait_s
-        while (left := unapplied(ends, _stored_offsets(settings))) > 0:
+        while (left := unapplied(ends, feedback_offsets(settings))) > 0:
             if time.monotonic() > deadline:
                 raise FeedbackBehind(
                     f"the feedback agent still has {left:,} record(s) of "
