@@ -7,6 +7,9 @@ events never seen before (suppressions, counters: one CTE), decide on the counte
 (pure `pause_reason`) and pause the campaigns that must stop. Either all of it commits with the
 offsets or none of it, so a crash or a redelivery can neither lose a complaint nor count one
 twice. psycopg errors become `StoreUnavailable` (the agent retries).
+
+The same transaction settles the campaign rows in doubt (`unknown`, or `sending` with no
+answer recorded) that the events prove sent or failed: sinks.resolution_store.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from sinks.offsets import Fence, PartitionOffsets, PartitionSpan, StoreUnavailable
 from sinks.queries import query
+from sinks.resolution_store import resolve_in_doubt
 from streams.feedback_logic import FeedbackEffect, Thresholds, Window, pause_reason
 
 log = logging.getLogger("flashsend.feedback.store")
@@ -36,6 +40,7 @@ class ApplyOutcome:
     over_threshold: list[tuple[int, str, str]] = field(default_factory=list)  # not sending
     fenced: int = 0  # records below the stored offset: applied before
     stale: dict[int, int | None] = field(default_factory=dict)  # partition -> epoch held here
+    resolved: int = 0  # campaign rows in doubt that the events settled
 
 
 class FeedbackStore:
@@ -58,7 +63,8 @@ class FeedbackStore:
             kept, fenced = fence.keep(effects)
             todo = [e for p in sorted(kept) for e in kept[p]]
             outcome = ApplyOutcome() if not todo else await self._apply_effects(conn, todo)
-            return replace(outcome, fenced=fenced, stale=dict(fence.stale))
+            resolved = await resolve_in_doubt(conn, [e.proof for e in todo if e.proof])
+            return replace(outcome, fenced=fenced, stale=dict(fence.stale), resolved=len(resolved))
 
         return await self.offsets.transaction(spans, apply)
 

@@ -123,6 +123,7 @@ class FeedbackIngest:
         self.stats["suppressed"] += outcome.suppressed
         metrics.count_suppressions("feedback", outcome.suppressed)
         self.stats["fenced"] += outcome.fenced
+        self.stats["resolved"] += outcome.resolved
         if outcome.stale:
             self.stats["overtaken"] += len(outcome.stale)
             log.warning(

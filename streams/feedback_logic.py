@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.addresses import is_simulator_address
+from streams.resolution import EventProof, proof_of
 
 # Counter a feedback event increments, by SES event type.
 _COUNTER = {
@@ -57,6 +58,7 @@ class FeedbackEffect:
     counter: str | None  # one of COUNTERS, or None (not counted)
     suppress_reason: str | None  # 'bounce' | 'complaint' | None
     source_event: str  # why, for email_suppressions.source_event (audits, support)
+    proof: EventProof | None = None  # what the event proves about its campaign row
 
 
 def ses_effect(record: Mapping[str, Any]) -> FeedbackEffect:
@@ -87,6 +89,7 @@ def ses_effect(record: Mapping[str, Any]) -> FeedbackEffect:
         counter=counter,
         suppress_reason=suppress,
         source_event=f"{what} ses:{record['ses_message_id']}"[:300],
+        proof=proof_of(record),
     )
 
 

@@ -11,6 +11,8 @@ import psycopg
 from flashsend.settings import load_settings
 from sinks.campaign_store import CampaignStore
 from sinks.queries import query
+from sinks.resolution_store import UnknownRowsStore
+from streams.resolution import in_doubt_summary
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,7 +55,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Needs the local stack (`flashsend up`): it stops and starts the broker and "
         "PostgreSQL itself. Prints one JSON object as the last line with --json, also when the "
         "run fails or is interrupted (Ctrl-C, SIGTERM): then with an `error` field, the broker "
-        "and PostgreSQL started again and the campaign cancelled if unfinished. Example: "
+        "and PostgreSQL started again and the campaign cancelled if unfinished. With the event "
+        "loop (default) it also reports the rows in doubt: unknown_resolved (settled from "
+        "unknown by an SES event), resolved_before_answer, unknown_accepted_by_ses / "
+        "unknown_never_accepted (rows that are or were unknown, looked up at the stand-in), "
+        "unknown_accepted_unresolved (must be 0) and unknown_at_end (before the events). "
+        "Example: "
         "flashsend chaos --users 20000 --workers 2 --kill-every 5 --restart-postgres-at 10 "
         "--zombie-at 4 --json",
     )
@@ -100,6 +107,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=900.0,
         help="give up if the campaign is not finished by then (default: %(default)s)",
     )
+    p.add_argument(
+        "--events-wait",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="run the event loop (a webhook process and a feedback worker: SES's events settle "
+        "rows in doubt); after the run, wait for the events of every unknown row the stand-in "
+        "accepted, giving up after S s without progress of the feedback worker (at most 10 x S "
+        "in all); 0 = no event loop (default: %(default)s)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object on the last line of stdout")
     p.set_defaults(func=cmd_chaos)
 
@@ -130,6 +147,7 @@ def campaign_report(
     return {
         "campaign": progress,
         "by_status_reason": [{"status": s, "reason": r or None, "count": n} for s, r, n in reasons],
+        "in_doubt": in_doubt_summary(reasons, UnknownRowsStore(conn).resends(campaign_id)),
         "rate_over_time": [{"t_s": b * bucket_s, "per_s": round(n / bucket_s, 1)} for b, n in rate],
     }
 
@@ -148,6 +166,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     print("  status / reason:")
     for row in report["by_status_reason"]:
         print(f"    {row['status']:<10} {row['reason'] or '':<40} {row['count']:>10,}")
+    d = report["in_doubt"]
+    print(
+        f"  in doubt: {d['resolved_sent']:,} resolved sent and {d['resolved_failed']:,} failed by "
+        f"SES events, {d['event_before_answer']:,} settled by an event before the call's answer, "
+        f"{d['still_unknown']:,} still unknown, {d['resent']:,} queued again by resend-unknown"
+    )
     print(f"  rate over time (per {args.bucket:g}s bucket):")
     for row in report["rate_over_time"]:
         print(f"    t={row['t_s']:>7.0f}s  {row['per_s']:>9,.1f}/s")
@@ -187,6 +211,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         ses_hang_rate=args.ses_hang_rate,
         lease_s=args.lease,
         timeout_s=args.timeout,
+        events_wait_s=args.events_wait,
     )
     with sigterm_interrupts():
         result = run_chaos(load_settings(), options)

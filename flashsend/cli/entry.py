@@ -39,6 +39,7 @@ def registry() -> list[Register]:
         feedback,
         mail,
         operations,
+        resend,
         schemas,
         stack,
         worker,
@@ -55,6 +56,7 @@ def registry() -> list[Register]:
         feedback.register,  # webhook, feedback status|bench|e2e
         schemas.register,
         operations.register,  # after control: adds `dlq show|replay`
+        resend.register,  # after control: adds `campaign resend-unknown`
     ]
 
 

@@ -11,6 +11,13 @@ and let the SES stand-in accept calls without answering. Then wait for the campa
 - unknown <= unknown_bound = kills x partitions x (lane capacity + one call)
                               + recipients of hung calls (counted by the stand-in).
 
+With the event loop (`events_wait_s` > 0: a webhook process and a feedback worker), SES's
+events settle the rows in doubt as in production; after the run every row that is or was
+unknown is looked up at the stand-in, the run waits (bounded) for the accepted ones to be
+settled, and more invariants hold: no accepted row is still unknown, no row was settled
+without the stand-in having accepted it, and accepted_by_ses == sent
+(flashsend/chaos_events.py).
+
 The faults combine freely: restarts run in the background while kills go on, the kill
 schedule may pick the frozen worker, a restart may fail. Whatever happens, the run restarts
 what it stopped, cancels its campaign if unfinished and returns a result (with `error` when
@@ -31,6 +38,7 @@ from typing import Any
 
 import psycopg
 
+from flashsend.lab.chaos_events import EventLoop, judge_in_doubt
 from flashsend.lab.demo import ensure_users, standin_stats
 from flashsend.lab.run import StartedCampaigns, error_text, finish_run
 from flashsend.lab.workers import WorkerPool
@@ -38,6 +46,7 @@ from flashsend.settings import Settings
 from infra.kafka import KafkaBroker
 from infra.postgres import PostgresServer
 from infra.ses_standin.admin import SesStandinAdmin
+from infra.ses_standin.events_admin import SesEventsAdmin
 from producers.campaign import start_campaign
 from producers.campaign_ops import (
     DEFAULT_HTML,
@@ -68,6 +77,7 @@ class ChaosOptions:
     lease_s: float = 20.0
     timeout_s: float = 900.0
     seed: int = 7
+    events_wait_s: float = 30.0  # 0: no event loop (no webhook, no feedback worker)
 
 
 def freeze(proc: subprocess.Popen[bytes]) -> bool:
@@ -252,10 +262,14 @@ def run_chaos(
         "postgres": Restart("postgres", lambda: postgres.stop(mode="immediate"), postgres.start),
     }
     ses = SesStandinAdmin(settings.ses_endpoint_url or "")
+    log_dir = settings.state_dir / "logs" / f"chaos-{int(time.time())}"
+    loop: EventLoop | None = None
+    if options.events_wait_s > 0 and settings.ses_endpoint_url:
+        endpoint = settings.ses_endpoint_url
+        settings = EventLoop.settings_for(settings)
+        loop = EventLoop(settings, log_dir, SesEventsAdmin(endpoint))
     started = StartedCampaigns(settings)
-    pool = WorkerPool(
-        settings, settings.state_dir / "logs" / f"chaos-{int(time.time())}", static=True
-    )
+    pool = WorkerPool(settings, log_dir, static=True)
     schedule = Schedule(options, rng, pool, restarts, log)
     result: dict[str, Any] = {"campaign_id": None}
     failure: BaseException | None = None
@@ -269,6 +283,8 @@ def run_chaos(
         faults_before = dict(ses.faults())
         ses.set_faults(p_hang=options.ses_hang_rate)
         hung_before = ses.stats()["hung_recipients"]
+        if loop is not None:
+            loop.start()
         audience = f"({settings.audience_condition}) AND u.id <= {int(options.users)}"
         campaign_id = started.add(
             create_campaign(
@@ -283,15 +299,21 @@ def run_chaos(
             f"chaos: campaign {campaign_id}, {start.recipients:,} recipients, "
             f"{options.workers} workers"
         )
-        _run_faults(settings, options, schedule, campaign_id, began, log)
+        _run_faults(
+            settings, options, schedule, campaign_id, began, log, loop.check if loop else None
+        )
         pool.stop()
         for restart in restarts.values():
             restart.ensure_started()
         result.update(_judge(settings, campaign_id, schedule, hung_before))
+        if loop is not None:
+            result.update(_judge_events(settings, campaign_id, loop, options, result, log))
+        else:
+            result["events"] = False
     except (Exception, KeyboardInterrupt) as exc:
         failure = exc
     finally:
-        cleanup_errors = _clean_up(pool, restarts, ses, faults_before)
+        cleanup_errors = _clean_up(pool, restarts, ses, faults_before, loop)
     result.update(schedule.counters)
     result["worker_exits"] = schedule.worker_exits
     result["elapsed_s"] = round(time.monotonic() - began, 1)
@@ -308,11 +330,14 @@ def _clean_up(
     restarts: dict[str, Restart],
     ses: SesStandinAdmin,
     faults_before: dict[str, Any] | None,
+    loop: EventLoop | None = None,
 ) -> list[str]:
     """Stop the workers, start what the run stopped, restore the stand-in's faults; every
     step is tried whatever the others did."""
     errors: list[str] = []
     steps: list[tuple[str, Callable[[], object]]] = [("workers", pool.stop)]
+    if loop is not None:
+        steps.append(("event loop", loop.stop))
     steps += [(name, r.ensure_started) for name, r in restarts.items()]
     if faults_before is not None:
         p_hang = float(faults_before["p_hang"])
@@ -364,6 +389,38 @@ def _judge(
     return result
 
 
+def _judge_events(
+    settings: Settings,
+    campaign_id: int,
+    loop: EventLoop,
+    options: ChaosOptions,
+    result: dict[str, Any],
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    """The rows in doubt once SES's events are in; `sent`, `failed` and `unknown` become the
+    counts after them (`unknown_at_end`: before)."""
+    verdict = judge_in_doubt(settings, campaign_id, loop.events, options.events_wait_s, log)
+    final = _progress(settings, campaign_id)
+    if final is None:
+        raise RuntimeError("PostgreSQL does not answer after the run")
+    out: dict[str, Any] = {
+        "events": True,
+        "unknown_at_end": result["unknown"],
+        **verdict,
+        "sent": final["sent"],
+        "failed": final["failed"],
+        "unknown": final["unknown"],
+        "event_loop_restarts": dict(loop.restarts),
+    }
+    out["invariants_ok"] = (
+        result["invariants_ok"]
+        and verdict.get("unknown_accepted_unresolved") == 0
+        and verdict.get("resolved_not_accepted") == 0
+        and result["accepted_by_ses"] == final["sent"]
+    )
+    return out
+
+
 def _run_faults(
     settings: Settings,
     options: ChaosOptions,
@@ -371,9 +428,12 @@ def _run_faults(
     campaign_id: int,
     began: float,
     log: Callable[[str], None],
+    on_tick: Callable[[], None] | None = None,
 ) -> None:
     while True:
         t = time.monotonic() - began
+        if on_tick is not None:
+            on_tick()
         progress = _progress(settings, campaign_id)
         if progress is not None and progress.finished:
             return

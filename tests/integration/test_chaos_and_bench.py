@@ -49,6 +49,13 @@ def test_chaos_kills_restarts_zombie_and_hangs_keep_the_invariants(settings: Set
     assert result["lost"] == 0, result
     assert result["invariants_ok"], result
     assert isinstance(result["worker_exits"], list)
+    # SES's events settled every row in doubt the stand-in accepted (hung calls are accepted).
+    assert result["events"] is True
+    assert result["unknown_accepted_by_ses"] + result["resolved_before_answer"] > 0, result
+    assert result["unknown_accepted_unresolved"] == 0, result
+    assert result["resolved_not_accepted"] == 0, result
+    assert result["unknown"] == result["unknown_never_accepted"], result
+    assert result["accepted_by_ses"] == result["sent"], result
 
 
 def test_bench_short_run_produces_every_figure(settings: Settings, tmp_path: Path) -> None:
