@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from flashsend.cli import main
+from flashsend.cli.entry import main
 from flashsend.lab.feedback_run import WebhookProcess, feedback_lag, insert_users, with_feedback
 from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings, settings_env
