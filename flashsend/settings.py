@@ -125,6 +125,7 @@ class Settings(BaseSettings):
 
     # Deliverability (issue 5) — docs/deliverability.md explains each knob.
     webhook_port: int = 14567
+    webhook_processes: int = 2  # processes sharing webhook_port (SO_REUSEPORT); ~1 core each
     webhook_public_url: str = ""  # base of List-Unsubscribe URLs; empty: http://127.0.0.1:PORT
     sns_topic_arns: tuple[str, ...] = ("arn:aws:sns:us-east-1:000000000000:flashsend-ses-events",)
     sns_cert_authority: str = ""  # host:port of a local signer; empty: see feedback_config.py
