@@ -47,6 +47,7 @@ class Settings(BaseSettings):
     ses_secret_access_key: SecretStr = SecretStr("flashsend-local")
     ses_max_send_rate: int = 20000
     ses_latency_ms: int = 0
+    ses_resume_events: bool = False  # the stand-in keeps undelivered SNS events across restarts
 
     # Empty: the local registry (Confluent API of Apicurio) when "registry" is a local service,
     # else confluent-kafka's in-process mock://. Set it to use an external registry.

@@ -57,8 +57,16 @@ def test_bench_short_run_produces_every_figure(settings: Settings, tmp_path: Pat
         "naive_rate_per_s",
         "speedup_vs_naive",
         "machine_reference_ms",
+        "product_cpu_us_per_recipient",
+        "standin_cpu_us_per_recipient",
+        "services",
     ):
         assert key in result, key
+    by_component = result["cpu_us_per_recipient_by_component"]
+    assert {"ses", "ses_emitter", "workers", "kafka"} <= set(by_component)
+    standin = by_component["ses"] + by_component["ses_emitter"]
+    assert abs(result["standin_cpu_us_per_recipient"] - standin) < 0.2
+    assert result["services"]["measured"] == sorted(by_component)
     assert result["duplicates"] == 0
     assert result["pending"] == 0
     assert result["speedup_vs_naive"] > 1
