@@ -47,6 +47,7 @@ class Settings(BaseSettings):
     ses_secret_access_key: SecretStr = SecretStr("flashsend-local")
     ses_max_send_rate: int = 20000
     ses_latency_ms: int = 0
+    ses_resume_events: bool = False  # the stand-in keeps undelivered SNS events across restarts
 
     # Empty: the local registry (Confluent API of Apicurio) when "registry" is a local service,
     # else confluent-kafka's in-process mock://. Set it to use an external registry.
@@ -125,6 +126,7 @@ class Settings(BaseSettings):
 
     # Deliverability — docs/deliverability.md explains each knob.
     webhook_port: int = 14567
+    webhook_processes: int = 2  # processes sharing webhook_port (SO_REUSEPORT); ~1 core each
     webhook_public_url: str = ""  # base of List-Unsubscribe URLs; empty: http://127.0.0.1:PORT
     sns_topic_arns: tuple[str, ...] = ("arn:aws:sns:us-east-1:000000000000:flashsend-ses-events",)
     sns_cert_authority: str = ""  # host:port of a local signer; empty: see feedback_config.py

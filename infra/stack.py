@@ -117,6 +117,7 @@ class SesStandin:
                 str(s.ses_max_send_rate),
                 "--latency-ms",
                 str(s.ses_latency_ms),
+                *(["--resume-events"] if s.ses_resume_events else []),
             ]
         )
         try:

@@ -2,25 +2,35 @@
 
 The webhook may answer SNS 200 only once every record of a notification is acknowledged
 (`acks=all`, idempotent producer): a 200 before the ack would lose the event if the broker then
-failed, since SNS does not retry after a 200. A poll thread runs the delivery callbacks and
-hands each result to the waiting request through its event loop. Many concurrent requests
-share one producer, so the records of many notifications travel in one broker request
-(`linger.ms`), which is where the webhook's throughput comes from.
+failed, since SNS does not retry after a 200. Many concurrent requests share one producer, so
+the records of many notifications travel in one broker request (`linger.ms`), which is where
+the webhook's throughput comes from.
+
+Delivery reports are served on the event loop itself: while records are in flight, a task
+calls `poll(0)` once per loop pass (at most every `POLL_EVERY_S`), and each report settles its
+notification's future directly. No poll thread: a thread would wake the loop through its
+self-pipe once per record and contend for the GIL with the request handlers. The same task
+expires notifications not acknowledged in time; every call waits equally long, so the oldest
+waiting call is always the next to expire and no per-call timer is needed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from flashsend.errors import FlashsendError
 
 Headers = list[tuple[str, str | bytes | None]]
+
+POLL_EVERY_S = 0.001
+LINGER_MS = 5
 
 
 class PublishFailed(FlashsendError):
@@ -34,8 +44,42 @@ class OutRecord:
     headers: Headers
 
 
+class _Pending:
+    """One publish() call: settled when the last of its records is reported."""
+
+    __slots__ = ("deadline", "error", "future", "loop", "loop_thread", "remaining")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, count: int, deadline: float) -> None:
+        self.loop = loop
+        self.loop_thread = threading.get_ident()  # created by publish(), on the loop
+        self.future: asyncio.Future[None] = loop.create_future()
+        self.remaining = count
+        self.deadline = deadline  # loop.time()
+        self.error: KafkaError | None = None
+
+    def on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
+        if err is not None and self.error is None:
+            self.error = err
+        self.remaining -= 1
+        if self.remaining == 0:
+            if threading.get_ident() == self.loop_thread:
+                self._settle()
+            else:  # a report served by close()'s flush, from another thread
+                self.loop.call_soon_threadsafe(self._settle)
+
+    def _settle(self) -> None:
+        if self.future.done():
+            return
+        if self.error is None:
+            self.future.set_result(None)
+        else:
+            self.future.set_exception(KafkaException(self.error))
+
+
 class EventPublisher:
-    def __init__(self, bootstrap: str, topic: str, *, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, *, timeout_s: float = 10.0, linger_ms: int = LINGER_MS
+    ) -> None:
         self.topic = topic
         self.timeout_s = timeout_s
         self.published = 0
@@ -44,70 +88,65 @@ class EventPublisher:
                 "bootstrap.servers": bootstrap,
                 "enable.idempotence": True,
                 "acks": "all",
-                "linger.ms": 2,
+                "linger.ms": linger_ms,
                 "compression.type": "lz4",
                 "message.timeout.ms": int(timeout_s * 1000),
                 "socket.connection.setup.timeout.ms": 5000,
                 "queue.buffering.max.messages": 200_000,
             }
         )
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, name="publisher-poll", daemon=True)
-        self._thread.start()
-
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            self._producer.poll(0.05)
+        self._poller: asyncio.Task[None] | None = None
+        self._waiting: deque[_Pending] = deque()  # oldest first
 
     async def publish(self, records: Sequence[OutRecord]) -> None:
         """Return once every record is acknowledged; PublishFailed otherwise."""
         if not records:
             return
         loop = asyncio.get_running_loop()
-        futures: list[asyncio.Future[None]] = []
-
-        def callback(fut: asyncio.Future[None]) -> Any:
-            def on_delivery(err: Any, _msg: Any) -> None:
-                loop.call_soon_threadsafe(_settle, fut, err)
-
-            return on_delivery
-
+        pending = _Pending(loop, len(records), loop.time() + self.timeout_s + 1.0)
+        produced = 0
         try:
             for record in records:
-                fut: asyncio.Future[None] = loop.create_future()
                 self._producer.produce(
                     self.topic,
                     key=record.key,
                     value=record.value,
                     headers=record.headers,
-                    on_delivery=callback(fut),
+                    on_delivery=pending.on_delivery,
                 )
-                futures.append(fut)
+                produced += 1
         except (KafkaException, BufferError) as exc:
-            for fut in futures:
-                fut.cancel()
+            pending.remaining -= len(records) - produced  # the produced ones still report
             raise PublishFailed(f"produce: {exc}") from exc
+        finally:
+            if produced:
+                self._waiting.append(pending)
+            self._ensure_poller()
         try:
-            results = await asyncio.wait_for(
-                asyncio.gather(*futures, return_exceptions=True), self.timeout_s + 1.0
-            )
+            await pending.future
         except TimeoutError as exc:
             raise PublishFailed("no broker acknowledgement in time") from exc
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            raise PublishFailed(f"delivery: {errors[0]}")
+        except KafkaException as exc:
+            raise PublishFailed(f"delivery: {exc}") from exc
         self.published += len(records)
 
+    def _ensure_poller(self) -> None:
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.get_running_loop().create_task(self._poll_while_in_flight())
+
+    async def _poll_while_in_flight(self) -> None:
+        loop = asyncio.get_running_loop()
+        waiting = self._waiting
+        # len(producer): records queued, in flight, or acknowledged with the report unserved.
+        while len(self._producer) or waiting:
+            self._producer.poll(0)
+            now = loop.time()
+            while waiting and (waiting[0].future.done() or waiting[0].deadline <= now):
+                expired = waiting.popleft()
+                if not expired.future.done():
+                    expired.future.set_exception(TimeoutError())
+            await asyncio.sleep(POLL_EVERY_S)
+
     def close(self, timeout: float = 5.0) -> None:
+        """Flush what is queued (blocking: call it off the event loop)."""
         self._producer.flush(timeout)
-        self._stop.set()
-        self._thread.join(2)
-
-
-def _settle(fut: asyncio.Future[None], err: Any) -> None:
-    if fut.done():
-        return
-    if err is None:
-        fut.set_result(None)
-    else:
-        fut.set_exception(KafkaException(err))

@@ -29,15 +29,19 @@ _HASHES: dict[int, type[hashes.HashAlgorithm]] = {1: hashes.SHA1, 2: hashes.SHA2
 
 
 def generate_signing_key(
-    *, common_name: str = "flashsend local SNS signer", now: datetime | None = None
+    *,
+    common_name: str = "flashsend local SNS signer",
+    now: datetime | None = None,
+    key_size: int = 2048,
 ) -> tuple[bytes, bytes]:
-    """A fresh RSA 2048 key and a self-signed certificate for it: `(private_key_pem, cert_pem)`.
+    """A fresh RSA key (2048 bits, as SNS's) and a self-signed certificate for it:
+    `(private_key_pem, cert_pem)`.
 
     Valid from a day before `now` (clock skew) for ten years, so a long-lived local stack and
     tests with fixed timestamps keep verifying.
     """
     now = now or datetime.now(UTC)
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    key = rsa.generate_private_key(public_exponent=65537, key_size=key_size)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     cert = (
         x509.CertificateBuilder()

@@ -45,6 +45,7 @@ SNS_MAX_RETRY_WINDOW = timedelta(seconds=3600)
 _MAX_CERT_BYTES = 64 * 1024
 
 MessageType = Literal["Notification", "SubscriptionConfirmation", "UnsubscribeConfirmation"]
+_MESSAGE_TYPES = frozenset(get_args(MessageType))
 # Signed keys, in AWS's order, per type.
 _NOTIFICATION_KEYS = ("Message", "MessageId", "Subject", "Timestamp", "TopicArn", "Type")
 _CONFIRM_KEYS = ("Message", "MessageId", "SubscribeURL", "Timestamp", "Token", "TopicArn", "Type")
@@ -94,6 +95,14 @@ def _aws_key(attr: str) -> str:
     return "".join(part.capitalize() for part in attr.split("_")).replace("Url", "URL")
 
 
+# (attribute, envelope key, required in a notification, required in a confirmation), computed
+# once: parse_sns_body and string_to_sign run for every POST.
+_FIELDS = tuple(
+    (f.name, _aws_key(f.name), f.default is MISSING, f.default is MISSING or f.name in _CONF)
+    for f in fields(SnsMessage)
+)
+
+
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """Two parsers may pick different copies of a repeated key: refuse the ambiguity."""
     result = dict(pairs)
@@ -113,22 +122,23 @@ def parse_sns_body(body: bytes, header_type: str | None) -> SnsMessage:
     if not isinstance(data, dict):
         raise SnsRejected("malformed", "not a JSON object")
 
-    def value(key: str, required: bool) -> str | None:
-        v = data.get(key)
-        if not (isinstance(v, str) or (v is None and not required)):
-            raise SnsRejected("malformed", f"{key} missing or not a string")
-        return v
-
-    body_type = value("Type", True)
-    if body_type not in get_args(MessageType):
-        raise SnsRejected("unsupported_type", str(body_type))
+    body_type = data.get("Type")
+    if not isinstance(body_type, str):
+        raise SnsRejected("malformed", "Type missing or not a string")
+    if body_type not in _MESSAGE_TYPES:
+        raise SnsRejected("unsupported_type", body_type)
     if header_type != body_type:
         raise SnsRejected("type_mismatch", f"header {header_type!r}, body {body_type!r}")
     confirmation = body_type != "Notification"
-    values = {
-        f.name: value(_aws_key(f.name), f.default is MISSING or (confirmation and f.name in _CONF))
-        for f in fields(SnsMessage)
-    }
+    values: dict[str, str | None] = {}
+    for attr, key, for_notification, for_confirmation in _FIELDS:
+        v = data.get(key)
+        if not (
+            isinstance(v, str)
+            or (v is None and not (for_confirmation if confirmation else for_notification))
+        ):
+            raise SnsRejected("malformed", f"{key} missing or not a string")
+        values[attr] = v
     if not _TIMESTAMP.fullmatch(str(values["timestamp"])):
         raise SnsRejected("malformed", "Timestamp")
     return SnsMessage(**values)  # type: ignore[arg-type]  # required keys checked above
@@ -143,7 +153,7 @@ def string_to_sign_fields(envelope: Mapping[str, str | None]) -> bytes:
 
 
 def string_to_sign(msg: SnsMessage) -> bytes:
-    return string_to_sign_fields({_aws_key(f.name): getattr(msg, f.name) for f in fields(msg)})
+    return string_to_sign_fields({key: getattr(msg, attr) for attr, key, _n, _c in _FIELDS})
 
 
 def _url_allowed(url: str, host_pattern: str, allow_http: bool, *, pem: bool) -> bool:
@@ -257,12 +267,46 @@ class HttpsCertificateSource:
         return pem
 
 
-class SnsVerifier:
-    """Checks policy, then the RSA signature, of a parsed message."""
+@dataclass(frozen=True)
+class SigningKey:
+    """A certificate's RSA public key and validity window, parsed once per certificate."""
 
-    def __init__(self, policy: VerifierPolicy, certs: CertificateSource) -> None:
+    key: rsa.RSAPublicKey
+    not_before: datetime
+    not_after: datetime
+
+    @classmethod
+    def from_pem(cls, pem: bytes) -> SigningKey:
+        try:
+            cert = x509.load_pem_x509_certificate(pem)
+        except ValueError as e:
+            raise SnsRejected("bad_certificate", "unparseable PEM") from e
+        key = cert.public_key()
+        if not isinstance(key, rsa.RSAPublicKey):
+            raise SnsRejected("bad_certificate", "not an RSA key")
+        return cls(key, cert.not_valid_before_utc, cert.not_valid_after_utc)
+
+
+_PADDING = padding.PKCS1v15()
+_ALGORITHMS = {version: algorithm() for version, algorithm in _HASHES.items()}
+
+
+class SnsVerifier:
+    """Checks policy, then the RSA signature, of a parsed message.
+
+    What does not change between messages is worked out once per certificate URL and kept: the
+    URL's verdict (the policy is fixed) and the certificate's parsed public key and validity
+    window, so the source is asked once per URL (SNS publishes a rotated key under a new URL).
+    Bounded: URLs must be SNS hosts, but there are many of those. A failure is never kept.
+    """
+
+    def __init__(
+        self, policy: VerifierPolicy, certs: CertificateSource, *, max_entries: int = 32
+    ) -> None:
         self.policy = policy
         self.certs = certs
+        self.max_entries = max_entries
+        self._keys: dict[str, SigningKey] = {}  # by SigningCertURL, oldest first
 
     def verify(self, msg: SnsMessage, *, now: datetime) -> None:
         """Return if `msg` is authentic and ours; raise SnsRejected otherwise. `now` is aware."""
@@ -272,7 +316,9 @@ class SnsVerifier:
         if msg.topic_arn not in p.allowed_topic_arns:
             raise SnsRejected("topic_not_allowed", msg.topic_arn)
         hosts, http_ok = p.cert_host_pattern, p.allow_http
-        check_cert_url(msg.signing_cert_url, allowed_host_pattern=hosts, allow_http=http_ok)
+        signing = self._keys.get(msg.signing_cert_url)  # present: its URL passed the check
+        if signing is None:
+            check_cert_url(msg.signing_cert_url, allowed_host_pattern=hosts, allow_http=http_ok)
         if msg.type != "Notification":  # a missing SubscribeURL ("") is refused too
             check_subscribe_url(
                 msg.subscribe_url or "", allowed_host_pattern=hosts, allow_http=http_ok
@@ -283,17 +329,20 @@ class SnsVerifier:
             signature = base64.b64decode(msg.signature, validate=True)
         except binascii.Error as e:
             raise SnsRejected("bad_signature", "not base64") from e
+        if signing is None:
+            signing = self._load_key(msg.signing_cert_url)
+        if not signing.not_before <= now <= signing.not_after:
+            raise SnsRejected("cert_expired", str(signing.not_after))
         try:
-            cert = x509.load_pem_x509_certificate(self.certs.get(msg.signing_cert_url))
-        except ValueError as e:
-            raise SnsRejected("bad_certificate", "unparseable PEM") from e
-        if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
-            raise SnsRejected("cert_expired", str(cert.not_valid_after_utc))
-        key = cert.public_key()
-        if not isinstance(key, rsa.RSAPublicKey):
-            raise SnsRejected("bad_certificate", "not an RSA key")
-        algorithm = _HASHES[msg.signature_version]()
-        try:
-            key.verify(signature, string_to_sign(msg), padding.PKCS1v15(), algorithm)
+            signing.key.verify(
+                signature, string_to_sign(msg), _PADDING, _ALGORITHMS[msg.signature_version]
+            )
         except InvalidSignature as e:
             raise SnsRejected("bad_signature") from e
+
+    def _load_key(self, url: str) -> SigningKey:
+        signing = SigningKey.from_pem(self.certs.get(url))
+        self._keys[url] = signing
+        while len(self._keys) > self.max_entries:
+            del self._keys[next(iter(self._keys))]  # the oldest
+        return signing

@@ -36,6 +36,7 @@ from producers.ses_events import SCHEMA
 from producers.sns_endpoint import SnsEndpoint
 from producers.sns_verify import MAX_BODY_BYTES, CertificateSource, VerifierPolicy
 from producers.unsubscribe_endpoint import UnsubscribeEndpoint
+from producers.webhook_processes import PortTaken, supervise
 from schemas.serde import AvroCodec, registry_client
 from sinks.feedback_store import UnsubscribeStore
 
@@ -122,6 +123,7 @@ class WebhookRuntime:
     def stats(self) -> dict[str, Any]:
         relay = self._relay.stats if self._relay is not None else None
         return {
+            "pid": os.getpid(),  # with --processes N, each process answers for itself
             "sns": dict(self.sns.stats),
             "unsubscribe": dict(self.unsubscribe.stats),
             "published_records": self.publisher.published,
@@ -174,17 +176,29 @@ def build_webhook_app(runtime: WebhookRuntime) -> web.Application:
     return app
 
 
-async def serve(runtime: WebhookRuntime, host: str, port: int, stop: asyncio.Event) -> None:
+async def serve(
+    runtime: WebhookRuntime,
+    host: str,
+    port: int,
+    stop: asyncio.Event,
+    *,
+    reuse_port: bool = False,
+) -> None:
     runner = web.AppRunner(build_webhook_app(runtime), access_log=None, shutdown_timeout=2.0)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=1024, shutdown_timeout=2.0)
-    await site.start()
-    log.info("webhook ready on http://%s:%s", host, port)
-    print(f"webhook listening on http://{host}:{port}", flush=True)
+    site = web.TCPSite(
+        runner, host, port, backlog=1024, shutdown_timeout=2.0, reuse_port=reuse_port or None
+    )
     try:
+        try:
+            await site.start()
+        except OSError as exc:
+            raise PortTaken(f"{host}:{port} is in use or cannot be bound ({exc})") from exc
+        log.info("webhook ready on http://%s:%s", host, port)
+        print(f"webhook listening on http://{host}:{port}", flush=True)
         await stop.wait()
     finally:
-        await runner.cleanup()
+        await runner.cleanup()  # also after a failed bind: closes the pool, stops the relay
 
 
 async def _stop_when_orphaned(stop: asyncio.Event) -> None:
@@ -194,12 +208,25 @@ async def _stop_when_orphaned(stop: asyncio.Event) -> None:
     stop.set()
 
 
-def run_webhook(settings: Settings, host: str, port: int, loglevel: str = "info") -> int:
-    """`flashsend webhook`: serve until SIGTERM/SIGINT."""
+def run_webhook(
+    settings: Settings,
+    host: str,
+    port: int,
+    loglevel: str = "info",
+    *,
+    processes: int = 1,
+    reuse_port: bool = False,
+    relay: bool = True,
+) -> int:
+    """`flashsend webhook`: serve until SIGTERM/SIGINT; `processes` > 1 supervises that many
+    single-process webhooks sharing the port (`producers.webhook_processes`)."""
     from flashsend.logs import configure
 
     configure(settings.log_format, loglevel)
     deliverability.check_separation(settings)
+    deliverability.token_keys(settings)  # a refused key fails here, not in every child
+    if processes > 1:
+        return supervise(settings, host, port, loglevel, processes)
     metrics_state.start(settings, "webhook")  # /metrics when FLASHSEND_METRICS_PORT is set
 
     async def main() -> None:
@@ -210,7 +237,7 @@ def run_webhook(settings: Settings, host: str, port: int, loglevel: str = "info"
         watchdog = None
         if settings.worker_exit_with_parent:  # started by a test, bench or e2e run
             watchdog = asyncio.create_task(_stop_when_orphaned(stop))
-        await serve(WebhookRuntime(settings), host, port, stop)
+        await serve(WebhookRuntime(settings, relay=relay), host, port, stop, reuse_port=reuse_port)
         if watchdog is not None:
             watchdog.cancel()
 

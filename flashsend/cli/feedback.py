@@ -19,11 +19,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="POST /sns receives SES events through SNS (signatures verified, events "
         "published as Avro on mail.events, 200 only after the broker's ack); GET/POST "
         "/u/TOKEN is the List-Unsubscribe target. `flashsend up` starts one on "
-        "FLASHSEND_WEBHOOK_PORT and subscribes it at the local SES stand-in.",
+        "FLASHSEND_WEBHOOK_PORT and subscribes it at the local SES stand-in. "
+        "With --processes N (default FLASHSEND_WEBHOOK_PROCESSES, 2), N processes answer on "
+        "the one port (SO_REUSEPORT); one process ingests on about one core.",
+        epilog="examples:\n  flashsend webhook\n  flashsend webhook --processes 4 --port 8443"
+        "\n  flashsend webhook --processes 1   # one process, e.g. under a process manager",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=None, help="default FLASHSEND_WEBHOOK_PORT")
-    p.add_argument("--loglevel", default="info")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
+    p.add_argument("--port", type=int, default=None, help="default FLASHSEND_WEBHOOK_PORT (14567)")
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="webhook processes sharing the port (default FLASHSEND_WEBHOOK_PROCESSES, 2)",
+    )
+    p.add_argument("--loglevel", default="info", help="default %(default)s")
+    # Set by the supervisor of --processes N for its children.
+    p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--no-relay", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_webhook)
 
     fb = sub.add_parser("feedback", help="bounces, complaints, unsubscribes: status and checks")
@@ -43,14 +57,43 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = fsub.add_parser(
         "bench",
-        help="measure webhook throughput (events/s) and the delay complaint → campaign paused",
-        description="Runs its own webhook process (and a feedback worker) against the current "
-        "stack's Kafka and PostgreSQL, in a scratch database and topics.",
+        help="measure ingest (events/s and CPU µs per event per path) and the delay "
+        "complaint → campaign paused",
+        description="Runs its own webhook (and a feedback worker) against the current stack's "
+        "Kafka and PostgreSQL, in a scratch database and topics, and POSTs notifications it "
+        "signed in advance (the SES stand-in is not involved). Reports per ingest path "
+        "events_per_s and cpu_us_per_event (CPU time of the ingest processes per event: the "
+        "figure to compare across runs on a shared machine), the load generator's own CPU and "
+        "the machine's other load; then the feedback agent's rate and the complaint → pause "
+        "delay.",
+        epilog="examples:\n  flashsend feedback bench --json\n"
+        "  flashsend feedback bench --events 5000 --processes 1 --ingest-only",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--events", type=int, default=20_000, help="notifications to POST")
-    p.add_argument("--concurrency", type=int, default=64, help="POSTs in flight")
-    p.add_argument("--pauses", type=int, default=5, help="complaint → pause measurements")
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--events", type=int, default=20_000, help="notifications to POST (default %(default)s)"
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=64,
+        help="connections, one POST in flight each, as SNS does (default %(default)s)",
+    )
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="webhook processes (default FLASHSEND_WEBHOOK_PROCESSES, 2)",
+    )
+    p.add_argument(
+        "--pauses", type=int, default=5, help="complaint → pause measurements (default %(default)s)"
+    )
+    p.add_argument(
+        "--ingest-only",
+        action="store_true",
+        help="measure the ingest path only (no feedback worker, no pause delays)",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON line on stdout")
     p.set_defaults(func=cmd_bench)
 
     p = fsub.add_parser(
@@ -80,7 +123,18 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     from producers.webhook import run_webhook
 
     settings = load_settings()
-    return run_webhook(settings, args.host, args.port or settings.webhook_port, args.loglevel)
+    processes = settings.webhook_processes if args.processes is None else args.processes
+    if processes < 1:
+        raise SystemExit("flashsend webhook: --processes must be at least 1")
+    return run_webhook(
+        settings,
+        args.host,
+        args.port or settings.webhook_port,
+        args.loglevel,
+        processes=processes,
+        reuse_port=args.reuse_port,
+        relay=not args.no_relay,
+    )
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -124,7 +178,13 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from flashsend.lab.feedback_bench import BenchOptions, run_bench
 
-    options = BenchOptions(events=args.events, concurrency=args.concurrency, pauses=args.pauses)
+    options = BenchOptions(
+        events=args.events,
+        concurrency=args.concurrency,
+        pauses=args.pauses,
+        processes=args.processes,
+        agent=not args.ingest_only,
+    )
     result = run_bench(load_settings(), options, log=(lambda _m: None) if args.json else print)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0

@@ -12,7 +12,19 @@ from flashsend.settings import load_settings
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("setup", help="check prerequisites and fetch the Kafka jars (idempotent)")
     p.set_defaults(func=cmd_setup)
-    p = sub.add_parser("up", help="start the local stack and apply migrations (idempotent)")
+    p = sub.add_parser(
+        "up",
+        help="start the local stack and apply migrations (idempotent)",
+        description="Starts the services in FLASHSEND_LOCAL_SERVICES (state in "
+        "FLASHSEND_STATE_DIR). SNS events the SES stand-in had not delivered when it stopped "
+        "are dropped unless --resume-ses-events (or FLASHSEND_SES_RESUME_EVENTS=true) is given.",
+    )
+    p.add_argument(
+        "--resume-ses-events",
+        action="store_true",
+        help="the SES stand-in keeps its undelivered SNS events at stop and sends them after "
+        "its next start (default: dropped)",
+    )
     p.set_defaults(func=cmd_up)
     p = sub.add_parser("down", help="stop the local stack (data is kept in the state dir)")
     p.set_defaults(func=cmd_down)
@@ -48,6 +60,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     from infra.stack import Stack
 
     settings = load_settings()
+    if args.resume_ses_events:
+        settings = settings.model_copy(update={"ses_resume_events": True})
     print(f"flashsend stack in {settings.state_dir}")
     timings = Stack(settings).up()
     print("endpoints:")

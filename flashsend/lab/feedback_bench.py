@@ -1,12 +1,17 @@
-"""`flashsend feedback bench`: webhook throughput and the delay complaint → campaign paused.
+"""`flashsend feedback bench`: how fast each ingest path takes SES events in, at what CPU cost,
+and the delay complaint → campaign paused.
 
 On the current stack's Kafka and PostgreSQL, in a scratch database and topics, with a real
-`flashsend webhook` process and a real feedback worker:
+`flashsend webhook` (its default number of processes unless told) and a real feedback worker:
 
-1. Throughput: `events` SES Delivery notifications, signed in advance by a local signer whose
-   certificate this bench serves (the webhook is started with `sns_cert_authority` pointing at
-   it), POSTed with `concurrency` requests in flight. Every 200 means the broker acknowledged.
-   Reported: events/s, latency percentiles, CPU seconds of the webhook process.
+1. Ingest, per path (today: the SNS webhook): `events` SES Delivery notifications, signed in
+   advance by a local signer whose certificate this bench serves (the webhook is started with
+   `sns_cert_authority` pointing at it), POSTed over `concurrency` kept-alive connections, one
+   request at a time each, as SNS does (`flashsend.lab.sns_load`). Every 200 means the broker
+   acknowledged. Reported: events/s, latency percentiles, and the CPU time per event of the
+   webhook processes — the figure that does not depend on what else the machine runs — beside
+   the load generator's own CPU and the machine's other load, so a reader can tell whether the
+   webhook or the machine was the limit.
 2. The feedback worker then consumes that backlog: the agent's events/s.
 3. Pause delay: `pauses` times, a campaign in `sending` whose counters sit exactly at the
    complaint threshold after the minimum sample gets one more complaint POSTed to the webhook;
@@ -16,7 +21,9 @@ On the current stack's Kafka and PostgreSQL, in a scratch database and topics, w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import threading
 import time
 import uuid
@@ -28,7 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import aiohttp
+import psutil
 import psycopg
 
 from flashsend.lab.feedback_run import (
@@ -40,6 +47,7 @@ from flashsend.lab.feedback_run import (
     with_feedback,
 )
 from flashsend.lab.mail_bench import percentile
+from flashsend.lab.sns_load import post_all
 from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
 from infra.process import free_port
@@ -48,11 +56,16 @@ from producers.sns_sign import build_notification, generate_signing_key, sign_me
 MIN_SAMPLE = 1000
 
 
+WARM_UP_EVENTS = 200  # per process: certificate fetch, producer connection, first batches
+
+
 @dataclass(frozen=True)
 class BenchOptions:
     events: int = 20_000
     concurrency: int = 64
     pauses: int = 5
+    processes: int | None = None  # webhook processes; None: settings.webhook_processes
+    agent: bool = True  # also measure the feedback agent and the complaint → pause delay
 
 
 class CertServer:
@@ -112,34 +125,38 @@ class Signer:
         return json.dumps(sign_message(fields, self.key_pem, version)).encode()
 
 
-async def post_all(url: str, bodies: list[bytes], concurrency: int) -> tuple[float, list[float]]:
-    """POST every body; (wall seconds, per-request seconds). Raises on any non-200."""
-    headers = {"x-amz-sns-message-type": "Notification", "Content-Type": "text/plain"}
-    latencies: list[float] = []
-    queue = list(reversed(bodies))
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector) as session:
-
-        async def worker() -> None:
-            while queue:
-                body = queue.pop()
-                t0 = time.perf_counter()
-                async with session.post(url, data=body, headers=headers) as response:
-                    text = await response.text()
-                    if response.status != 200:
-                        raise RuntimeError(f"webhook answered {response.status}: {text}")
-                latencies.append(time.perf_counter() - t0)
-
-        began = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return time.perf_counter() - began, latencies
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its live descendants."""
+    total = 0.0
+    try:
+        root = psutil.Process(pid)
+        for proc in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                t = proc.cpu_times()
+                total += t.user + t.system
+    except psutil.Error:
+        pass
+    return total
 
 
-def cpu_seconds(pid: int) -> float:
-    import os
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores spent not idle since boot (/proc/stat)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    ticks = [int(v) for v in fields]
+    idle = ticks[3] + ticks[4]  # idle + iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+def running_services(settings: Settings) -> list[str]:
+    """The local stack's services that answer (the in-process mock:// registry is not one)."""
+    from infra.stack import Stack
+
+    mock_registry = settings.schema_registry_url.startswith("mock://")
+    return [
+        status.name
+        for status in Stack(settings).status()
+        if status.running and not (mock_registry and status.name == "registry")
+    ]
 
 
 def run_bench(
@@ -148,11 +165,13 @@ def run_bench(
     key_pem, cert_pem = generate_signing_key()
     certs = CertServer(cert_pem)
     base = scratch_settings(settings, "bench")
+    processes = options.processes or settings.webhook_processes
     s = with_feedback(
         base,
         sns_cert_authority=certs.authority,
         feedback_min_sample=MIN_SAMPLE,
         webhook_publish_timeout_s=10.0,
+        webhook_processes=processes,
     )
     signer = Signer(s.sns_topic_arns[0], f"http://{certs.authority}/bench-cert.pem", key_pem)
     log_dir = settings.state_dir / "feedback-bench"
@@ -160,39 +179,71 @@ def run_bench(
     feedback = WorkerPool(s, log_dir, loglevel="info", role="feedback")
     result: dict[str, Any] = {"database": s.pg_database, "events": options.events}
     try:
-        log(f"signing {options.events:,} notifications …")
+        warm_up = WARM_UP_EVENTS * processes
+        log(f"signing {options.events + warm_up:,} notifications …")
         messages = [
-            ses_event("Delivery", f"b{i}@bench.flashsend.test", None) for i in range(options.events)
+            ses_event("Delivery", f"b{i}@bench.flashsend.test", None)
+            for i in range(options.events + warm_up)
         ]
         with ThreadPoolExecutor(2) as pool:  # RSA signing releases the GIL
             bodies = list(pool.map(signer.body, messages, chunksize=256))
+        asyncio.run(post_all(webhook.sns_url, bodies[:warm_up], options.concurrency))
         before = sum(end_offsets(s, s.topic_mail_events).values())
-        cpu0 = cpu_seconds(webhook.proc.pid)
-        wall, latencies = asyncio.run(post_all(webhook.sns_url, bodies, options.concurrency))
-        cpu = cpu_seconds(webhook.proc.pid) - cpu0
+        load_before = os.getloadavg()[0]
+        cpu0, busy0 = tree_cpu_seconds(webhook.proc.pid), machine_busy_seconds()
+        posted = asyncio.run(post_all(webhook.sns_url, bodies[warm_up:], options.concurrency))
+        cpu = tree_cpu_seconds(webhook.proc.pid) - cpu0
+        busy = machine_busy_seconds() - busy0
         produced = sum(end_offsets(s, s.topic_mail_events).values()) - before
-        result["webhook"] = {
-            "events_per_s": round(options.events / wall, 1),
+        wall, n = posted.seconds, options.events
+        path = {
+            "events_per_s": round(n / wall, 1),
+            "cpu_us_per_event": round(cpu * 1e6 / n, 1),
+            "processes": processes,
             "seconds": round(wall, 2),
             "concurrency": options.concurrency,
             "records_on_kafka": produced,
             "latency_ms": {
-                q: round(percentile(latencies, p) * 1000, 1)
+                q: round(percentile(posted.latencies, p) * 1000, 1)
                 for q, p in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))
             },
-            "webhook_cpu_s": round(cpu, 2),
-            "cpu_ms_per_event": round(cpu * 1000 / options.events, 3),
+            "cores": round(cpu / wall, 2),
+            "load_generator": {
+                "cpu_us_per_event": round(posted.cpu_s * 1e6 / n, 1),
+                "cores": round(posted.cpu_s / wall, 2),
+            },
         }
-        log(f"webhook: {result['webhook']}")
+        result["events_per_s"] = path["events_per_s"]  # the best path's (one path today)
+        result["cpu_us_per_event"] = path["cpu_us_per_event"]
+        result["paths"] = {"webhook": path}
+        result["machine"] = {
+            "cpus": os.cpu_count(),
+            "busy_cores": round(busy / wall, 2),
+            # Everything else the machine ran meanwhile: broker, PostgreSQL, other people's.
+            "other_cores": round((busy - cpu - posted.cpu_s) / wall, 2),
+            "load_average_before": round(load_before, 2),
+            "load_average_after": round(os.getloadavg()[0], 2),
+        }
+        result["services"] = {
+            "stack": running_services(settings),
+            "webhook_processes": processes,
+            "feedback_workers": 1 if options.agent else 0,
+            "ses_standin_emitter": "not used: the bench signs and POSTs its own notifications",
+        }
+        log(f"webhook: {path}")
+        log(f"machine: {result['machine']}")
+        if not options.agent:
+            return result
 
         t0 = time.monotonic()
         feedback.start(1)
         wait_for("feedback worker to consume the backlog", lambda: feedback_lag(s) == 0, 600, 0.2)
         took = time.monotonic() - t0
+        backlog = produced + warm_up
         result["feedback_agent"] = {
-            "backlog_events": produced,
+            "backlog_events": backlog,
             "seconds_including_start": round(took, 2),
-            "events_per_s_including_start": round(produced / took, 1),
+            "events_per_s_including_start": round(backlog / took, 1),
         }
         log(f"feedback agent: {result['feedback_agent']}")
         result["pause_delay_ms"] = _pause_delays(s, webhook, signer, options.pauses)
@@ -227,8 +278,7 @@ def _pause_delays(
             )
             body = signer.body(ses_event("Complaint", f"c{i}@bench.flashsend.test", cid))
             t0 = time.perf_counter()
-            wall, _ = asyncio.run(post_all(webhook.sns_url, [body], 1))
-            acks.append(wall)
+            acks.append(asyncio.run(post_all(webhook.sns_url, [body], 1)).seconds)
 
             def paused(cid: int = cid) -> bool:
                 got = conn.execute("SELECT status FROM campaigns WHERE id = %s", (cid,)).fetchone()

@@ -39,6 +39,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--max-24h-send", type=float, default=-1.0, help="recipients/24 h; <= 0 unlimited"
     )
     parser.add_argument("--seed", type=int, default=None, help="seed for fault draws")
+    parser.add_argument(
+        "--resume-events",
+        action="store_true",
+        help="keep the SNS events not yet delivered at stop and send them after the next start "
+        "(default: dropped at stop)",
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
 
@@ -60,7 +66,7 @@ def config_from_args(args: argparse.Namespace) -> FaultConfig:
 async def serve(args: argparse.Namespace) -> None:
     account = SesAccount(args.state_dir, config_from_args(args), seed=args.seed)
     # Event publishing: SES events as signed SNS POSTs to subscribed webhooks.
-    emission = EventEmission(args.state_dir / "events")
+    emission = EventEmission(args.state_dir / "events", resume_backlog=args.resume_events)
     account.on_accepted.append(emission.on_accepted)
     app = build_app(account)
     emission.register(app)

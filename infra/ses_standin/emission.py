@@ -54,15 +54,28 @@ log = logging.getLogger("infra.ses_standin.emission")
 
 FLUSH_EVERY_S = 0.02
 MAX_BUFFER = 200_000  # messages waiting for the emitter; beyond, dropped (and counted)
+# SNS signs with 2048-bit keys; the verifier takes any RSA key, and a 1024-bit signature costs
+# a third of the CPU, which the stand-in would otherwise take from the product it measures.
+SIGNING_KEY_BITS = 1024
+BACKLOG_FILE = "undelivered-events.jsonl"
+STOP_WAIT_S = 3.0  # for the emitter to exit after stdin closes (then it is killed)
+SAVE_WAIT_S = 60.0  # … when it writes its backlog first
 STATS_LINE_LIMIT = 64 * 1024 * 1024  # bytes per emitter stats line (asyncio default: 64 KiB)
 MAX_LISTED = 200_000  # addresses remembered per campaign and outcome
 ALL = "*"
 
 
 class EventEmission:
-    def __init__(self, state_dir: Path, *, region: str = "us-east-1") -> None:
+    """`resume_backlog`: the emitter writes what it has not delivered when it stops, and the
+    next start sends it; otherwise it is dropped at stop (and a file left over is deleted at
+    start), so a restarted stand-in never spends CPU on an old campaign's events."""
+
+    def __init__(
+        self, state_dir: Path, *, region: str = "us-east-1", resume_backlog: bool = False
+    ) -> None:
         self.state_dir = state_dir
         self.region = region
+        self.resume_backlog = resume_backlog
         self.subscriptions = SubscriptionStore(state_dir / "subscriptions.json")
         self.rates: dict[str, FeedbackRates] = {ALL: FeedbackRates()}
         self.base_url = ""
@@ -119,8 +132,20 @@ class EventEmission:
         """Called once the server listens (the URLs in every envelope need its address)."""
         self.base_url = base_url.rstrip("/")
         self._tasks.append(asyncio.create_task(self._flusher(), name="emission-flush"))
+        backlog = self.backlog_path
+        if backlog.exists() and not self.resume_backlog:
+            with backlog.open("rb") as lines:
+                old = sum(1 for _ in lines)
+            backlog.unlink()
+            log.warning("events_backlog_dropped events=%d (start with --resume-events)", old)
         if self.subscriptions.all():
             await self._ensure_emitter()
+        if backlog.exists():
+            await self._send({"op": "resume", "path": str(backlog)})
+
+    @property
+    def backlog_path(self) -> Path:
+        return self.state_dir / BACKLOG_FILE
 
     @property
     def cert_path(self) -> Path:
@@ -134,9 +159,11 @@ class EventEmission:
         if self._proc is not None and self._proc.returncode is None:
             return
         key_path = self.state_dir / "sns-signing-key.pem"
-        if not key_path.exists() or not self.cert_path.exists():
+        if not self.cert_path.exists() or _key_bits(key_path) != SIGNING_KEY_BITS:
             private_pem, cert_pem = await asyncio.to_thread(
-                generate_signing_key, common_name="sns.flashsend-standin.invalid"
+                generate_signing_key,
+                common_name="sns.flashsend-standin.invalid",
+                key_size=SIGNING_KEY_BITS,
             )
             self.state_dir.mkdir(parents=True, exist_ok=True)
             key_path.write_bytes(private_pem)
@@ -154,6 +181,7 @@ class EventEmission:
             self.base_url,
             "--region",
             self.region,
+            *(["--backlog-file", str(self.backlog_path)] if self.resume_backlog else []),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             # A stats line lists every subscription the emitter has served; past asyncio's
@@ -208,9 +236,11 @@ class EventEmission:
         proc = self._proc
         if proc is not None and proc.returncode is None:
             if proc.stdin is not None:
-                proc.stdin.close()
+                proc.stdin.close()  # the emitter stops at once (keeping its backlog if asked)
             try:
-                await asyncio.wait_for(proc.wait(), 3.0)
+                await asyncio.wait_for(
+                    proc.wait(), SAVE_WAIT_S if self.resume_backlog else STOP_WAIT_S
+                )
             except TimeoutError:
                 proc.kill()
                 await proc.wait()
@@ -333,6 +363,18 @@ class EventEmission:
         if not self.cert_path.exists() or request.path != _path(self.cert_url()):
             return web.Response(status=404, text="no such certificate")
         return web.Response(body=self.cert_path.read_bytes(), content_type="application/x-pem-file")
+
+
+def _key_bits(path: Path) -> int | None:
+    """Size of the RSA key at `path`, None if there is none (or it cannot be read)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except (OSError, ValueError):
+        return None
+    return key.key_size if isinstance(key, rsa.RSAPrivateKey) else None
 
 
 def _key(address: str) -> str:

@@ -10,7 +10,7 @@ path finds the campaign.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
 from email.utils import parseaddr
 from typing import Any
@@ -161,6 +161,15 @@ def _recipient_event(
     raise ValueError(f"no recipient event {event_type}")
 
 
+def event_types(plan: Plan, *, rejected: bool, rendering_failure: bool) -> list[str]:
+    """The event types of one accepted message, in order (what `build_events` builds)."""
+    if rejected:
+        return ["Send", "Reject"]
+    if rendering_failure:
+        return ["Send", "Rendering Failure"]
+    return ["Send", *(t for _address, outcome in plan for t in event_types_for(outcome))]
+
+
 def build_events(
     record: dict[str, Any],
     plan: Plan,
@@ -168,29 +177,49 @@ def build_events(
     rejected: bool,
     now: datetime,
     region: str = "us-east-1",
+    wanted: Collection[str] | None = None,
 ) -> list[tuple[str, Event]]:
-    """Every event of one accepted message, in the order SES would publish them."""
+    """The events of one accepted message, in the order SES would publish them; only the
+    types in `wanted` (None: all) are built — an event destination's matching types."""
+
+    def want(event_type: str) -> bool:
+        return wanted is None or event_type in wanted
+
+    events: list[tuple[str, Event]] = []
+    if not any(want(t) for t in _possible_types(plan, record, rejected)):
+        return events
     mail = mail_object(record, region)
-    events: list[tuple[str, Event]] = [("Send", {"eventType": "Send", "mail": mail, "send": {}})]
+    if want("Send"):
+        events.append(("Send", {"eventType": "Send", "mail": mail, "send": {}}))
     if rejected:
-        reject = {"reason": "Bad content"}
-        events.append(("Reject", {"eventType": "Reject", "mail": mail, "reject": reject}))
+        if want("Reject"):
+            reject = {"reason": "Bad content"}
+            events.append(("Reject", {"eventType": "Reject", "mail": mail, "reject": reject}))
         return events
     failure = record.get("rendering_failure")
     if failure:
-        detail = {"errorMessage": str(failure), "templateName": record.get("template") or ""}
-        events.append(
-            (
-                "Rendering Failure",
-                {"eventType": "Rendering Failure", "mail": mail, "failure": detail},
+        if want("Rendering Failure"):
+            detail = {"errorMessage": str(failure), "templateName": record.get("template") or ""}
+            events.append(
+                (
+                    "Rendering Failure",
+                    {"eventType": "Rendering Failure", "mail": mail, "failure": detail},
+                )
             )
-        )
         return events
     n = 0
     for address, outcome in plan:
         for event_type in event_types_for(outcome):
-            n += 1
+            n += 1  # numbered over all events, built or not: feedback ids do not depend on it
+            if not want(event_type):
+                continue
             event = {"eventType": event_type, "mail": mail}
             event.update(_recipient_event(event_type, outcome, address, mail, now, n))
             events.append((event_type, event))
     return events
+
+
+def _possible_types(plan: Plan, record: dict[str, Any], rejected: bool) -> list[str]:
+    return event_types(
+        plan, rejected=rejected, rendering_failure=bool(record.get("rendering_failure"))
+    )

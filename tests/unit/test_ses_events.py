@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from producers.ses_events import SesEventInvalid, event_id, parse_ses_message, parse_timestamp_ms
+from producers.ses_events import (
+    EVENT_NAMESPACE,
+    SesEventInvalid,
+    event_id,
+    parse_ses_message,
+    parse_timestamp_ms,
+)
 from schemas.serde import AvroCodec, registry_client
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "sns" / "ses_bounce_notification.json"
@@ -136,3 +143,17 @@ def test_non_numeric_campaign_tag_is_ignored() -> None:
     message["mail"]["tags"]["campaign"] = ["spring-sale"]
     [record] = parse(message)
     assert record["campaign_id"] is None and record["tags"]["campaign"] == "spring-sale"
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        ("0100018f-aaaa-bbbb-cccc-ddddeeeeffff-000000", "Delivery", "user@example.com"),
+        ("m-1", "Rendering Failure", "ünïcode@example.com"),
+        ("", "", ""),
+    ],
+)
+def test_event_id_is_the_rfc_4122_uuid5_of_message_type_and_recipient(
+    parts: tuple[str, str, str],
+) -> None:
+    assert event_id(*parts) == str(uuid.uuid5(EVENT_NAMESPACE, "/".join(parts)))

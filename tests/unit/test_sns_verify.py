@@ -498,3 +498,67 @@ def test_aws_shaped_ses_bounce_fixture(key: tuple[bytes, bytes]) -> None:
     for version in (1, 2):
         resigned = sign_message(json.loads(body), key[0], version)
         verifier.verify(parse_sns_body(json.dumps(resigned).encode(), "Notification"), now=now)
+
+
+# --- what the verifier keeps between messages ------------------------------------------------
+
+
+class _CountingSource:
+    """A certificate source that says how often it was asked (the verifier's only input)."""
+
+    def __init__(self, pem: bytes) -> None:
+        self.pem = pem
+        self.calls = 0
+
+    def get(self, url: str) -> bytes:
+        self.calls += 1
+        return self.pem
+
+
+def test_the_certificate_is_fetched_and_parsed_once_per_url(key: tuple[bytes, bytes]) -> None:
+    source = _CountingSource(key[1])
+    verifier = SnsVerifier(VerifierPolicy(frozenset({TOPIC})), source)
+    for _ in range(3):
+        verifier.verify(to_message(notification(key, version=2)), now=NOW)
+    assert source.calls == 1
+
+
+def test_a_kept_key_still_checks_every_signature_and_the_validity(
+    key: tuple[bytes, bytes],
+) -> None:
+    source = _CountingSource(key[1])
+    verifier = SnsVerifier(VerifierPolicy(frozenset({TOPIC})), source)
+    verifier.verify(to_message(notification(key)), now=NOW)  # the key is now kept
+    tampered = notification(key) | {"Message": "forged"}
+    assert rejected(verifier, to_message(tampered)) == "bad_signature"
+    other_key, _ = generate_signing_key(now=NOW)
+    forged = sign_message(
+        build_notification(TOPIC, '{"eventType":"Bounce"}', None, CERT_URL, PUBLISHED),
+        other_key,
+        1,
+    )
+    assert rejected(verifier, to_message(forged)) == "bad_signature"
+    with pytest.raises(SnsRejected, match="cert_expired"):
+        verifier.verify(to_message(notification(key)), now=NOW + timedelta(days=3651))
+    assert source.calls == 1
+
+
+def test_a_kept_key_does_not_let_another_url_skip_the_url_check(
+    key: tuple[bytes, bytes],
+) -> None:
+    verifier = SnsVerifier(VerifierPolicy(frozenset({TOPIC})), _CountingSource(key[1]))
+    verifier.verify(to_message(notification(key)), now=NOW)
+    evil = CERT_URL.replace("sns.us-east-1.amazonaws.com", "sns.us-east-1.amazonaws.com.evil.io")
+    assert rejected(verifier, to_message(notification(key, SigningCertURL=evil))) == (
+        "cert_url_not_allowed"
+    )
+
+
+def test_an_unparseable_certificate_is_not_kept(key: tuple[bytes, bytes]) -> None:
+    source = _CountingSource(b"<html>busy</html>")
+    verifier = SnsVerifier(VerifierPolicy(frozenset({TOPIC})), source)
+    msg = to_message(notification(key))
+    assert rejected(verifier, msg) == "bad_certificate"
+    source.pem = key[1]  # the source recovers: the next message is verified
+    verifier.verify(msg, now=NOW)
+    assert source.calls == 2
