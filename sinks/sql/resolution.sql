@@ -6,14 +6,17 @@
 -- feedback agent's transaction that advances the fenced offsets. Safe under concurrency:
 -- every writer of a recipient row changes it only from a given status (record_results from
 -- 'sending', expire_leases from 'sending', a claim from 'pending', resend_unknown from
--- 'unknown'), and so does this statement; the rows are locked in (campaign, seq) order and
--- READ COMMITTED re-checks the status on the locked row, so whichever commits first wins and
--- the other finds nothing to do. A replayed event finds its row settled: idempotent. The
--- address must be the row's too, so a tag from another database sharing the SES account
--- changes nothing here. Campaigns with no row unknown, sending or pending (trigger-kept
+-- 'unknown'), and so does this statement; the rows are locked in (campaign, seq) order (the
+-- order of the proofs) and READ COMMITTED re-checks the status on the locked row, so whichever
+-- commits first wins and the other finds nothing to do. A replayed event finds its row
+-- settled: idempotent. The address must be the row's too, so a tag from another database
+-- sharing the SES account changes nothing here. Campaigns with no row unknown, sending or pending (trigger-kept
 -- counters) are not probed, except for a failure (rare), which may overturn a 'sent' that
 -- an event made. Updates go through the parent, whose counter trigger fires (migration 0010);
--- = ANY(%(campaigns)s) lets the planner drop the other campaigns' partitions.
+-- = ANY(%(campaigns)s) lets the planner drop the other campaigns' partitions. Each proof
+-- probes its own row by primary key (LATERAL … LIMIT 1), whatever the statistics say: those
+-- of a young campaign (taken at its snapshot) count no row unknown or sending, and with a
+-- plain join the planner may then put the partition outside a loop over the proofs.
 WITH proof AS (
     SELECT *
       FROM unnest(%(campaign_ids)s::bigint[], %(seqs)s::int[], %(emails)s::text[],
@@ -28,16 +31,20 @@ WITH proof AS (
 ), target AS (
     SELECT r.campaign_id, r.seq, r.status AS was, p.outcome, p.message_id, p.at_ms
       FROM proof p
-      JOIN campaign_recipients r ON r.campaign_id = p.campaign_id AND r.seq = p.seq
-                                AND r.campaign_id = ANY(%(campaigns)s::bigint[])
-     WHERE (p.campaign_id IN (SELECT campaign_id FROM in_doubt) OR p.outcome = 'failed')
-       AND lower(btrim(r.email)) = p.email
-       AND (r.status IN ('unknown', 'sending')
-            OR (r.status = 'pending' AND r.reason = 'resend_unknown')
-            OR (r.status = 'sent' AND p.outcome = 'failed'
-                AND r.reason IN ('resolved_by_event', 'event_before_answer')))
-     ORDER BY r.campaign_id, r.seq
-       FOR UPDATE OF r
+     CROSS JOIN LATERAL (
+            SELECT r.campaign_id, r.seq, r.status
+              FROM campaign_recipients r
+             WHERE r.campaign_id = p.campaign_id AND r.seq = p.seq
+               AND r.campaign_id = ANY(%(campaigns)s::bigint[])
+               AND lower(btrim(r.email)) = p.email
+               AND (r.status IN ('unknown', 'sending')
+                    OR (r.status = 'pending' AND r.reason = 'resend_unknown')
+                    OR (r.status = 'sent' AND p.outcome = 'failed'
+                        AND r.reason IN ('resolved_by_event', 'event_before_answer')))
+             LIMIT 1
+               FOR UPDATE
+          ) r
+     WHERE p.campaign_id IN (SELECT campaign_id FROM in_doubt) OR p.outcome = 'failed'
 )
 UPDATE campaign_recipients r
    SET status = t.outcome,

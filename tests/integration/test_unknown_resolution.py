@@ -190,3 +190,46 @@ def test_a_row_queued_again_is_settled_by_a_late_event_of_its_first_send(
         settings, "SELECT requeue FROM campaign_recipients WHERE campaign_id = %s AND seq = 1", cid
     ) == [(False,)]
     assert statuses(settings, cid) == {"sent": 1, "pending": USERS - 1}
+
+
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+def test_the_proofs_are_read_once_even_when_statistics_say_no_row_is_in_doubt(
+    settings: Settings,
+) -> None:
+    """A campaign's statistics are taken at its snapshot, when every row is pending. After a
+    crash thousands of its rows are unknown; with a plain join the planner believed none was,
+    scanned the partition once and the batch's proofs once per row found (10,000 times here:
+    seconds per batch). Each proof must probe its own row."""
+    cid = campaign(settings, status="draft")
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO users (id, email, first_name) "
+            "SELECT g, 'u' || g || '@r.test', 'Lan' FROM generate_series(1, 20000) g"
+        )
+        assert snapshot(conn, cid, "true") == 20_000  # ANALYZEs the partition: all pending
+        conn.execute(f"ALTER TABLE campaign_recipients_{cid} SET (autovacuum_enabled = false)")
+    set_rows(settings, cid, "unknown", list(range(1, 10_001)), reason="lease_expired")
+    seqs = list(range(1, 501))
+    params = {
+        "campaign_ids": [cid] * len(seqs),
+        "campaigns": [cid],
+        "seqs": seqs,
+        "emails": [f"u{q}@r.test" for q in seqs],
+        "outcomes": ["sent"] * len(seqs),
+        "message_ids": [f"m{q}" for q in seqs],
+        "at_ms": [0] * len(seqs),
+    }
+    with psycopg.connect(settings.pg_dsn) as conn:
+        [(plan,)] = conn.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + named("resolve_in_doubt"), params
+        ).fetchall()
+        conn.rollback()
+    nodes = list(_nodes(plan[0]["Plan"]))
+    proofs = [n for n in nodes if n["Node Type"] == "Function Scan"]
+    assert proofs and all(n["Actual Loops"] == 1 for n in proofs), proofs
+    assert plan[0]["Plan"]["Actual Rows"] == 500
