@@ -49,6 +49,7 @@ class WorkerPool:
     static: bool = False
     slots: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     pool_id: str = field(default_factory=lambda: secrets.token_hex(3))
+    nice: int = 0  # added to the workers' niceness: > 0 yields the CPU to everything else
 
     def _free_slot(self) -> int:
         slot = 0
@@ -84,6 +85,7 @@ class WorkerPool:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
+            preexec_fn=(lambda: os.nice(self.nice)) if self.nice else None,
         )
         log.close()
         self.started += 1
