@@ -20,6 +20,20 @@ from streams.unsubscribe_token import TokenKeys, make_token, parse_keys, unsubsc
 
 SNS_PATH = "/sns"
 
+# SES event type as it reaches the webhook (`eventType`) → SESv2 MatchingEventTypes name.
+SES_EVENT_TYPES = {
+    "Send": "SEND",
+    "Reject": "REJECT",
+    "Bounce": "BOUNCE",
+    "Complaint": "COMPLAINT",
+    "Delivery": "DELIVERY",
+    "Open": "OPEN",
+    "Click": "CLICK",
+    "Rendering Failure": "RENDERING_FAILURE",
+    "DeliveryDelay": "DELIVERY_DELAY",
+    "Subscription": "SUBSCRIPTION",
+}
+
 
 class DeliverabilityConfigError(UsageError):
     """The deliverability settings are unsafe or inconsistent."""
@@ -51,6 +65,21 @@ def verifier_policy(settings: Settings) -> VerifierPolicy:
 
 def certificate_source(settings: Settings) -> HttpsCertificateSource:
     return HttpsCertificateSource(allow_http=cert_authority(settings) is not None)
+
+
+def event_types(settings: Settings) -> tuple[str, ...]:
+    """The event types an event destination publishes (`ses_event_types`), checked."""
+    unknown = [t for t in settings.ses_event_types if t not in SES_EVENT_TYPES]
+    if unknown or not settings.ses_event_types:
+        raise DeliverabilityConfigError(
+            f"FLASHSEND_SES_EVENT_TYPES: {unknown or 'empty'}; known: {list(SES_EVENT_TYPES)}"
+        )
+    return settings.ses_event_types
+
+
+def matching_event_types(settings: Settings) -> list[str]:
+    """`event_types` as SESv2 CreateConfigurationSetEventDestination's MatchingEventTypes."""
+    return [SES_EVENT_TYPES[t] for t in event_types(settings)]
 
 
 def token_keys(settings: Settings) -> TokenKeys:

@@ -137,6 +137,17 @@ class Settings(BaseSettings):
     feedback_min_sample: int = 10_000  # … once this many messages were sent
     feedback_dedupe_retention_s: float = 8 * 86400.0  # > mail.events retention (replays)
     webhook_publish_timeout_s: float = 10.0  # broker ack wait before answering SNS 503
+    # SES event types the configuration sets' event destinations publish: what the feedback
+    # agent and reconcile use. Add "Open" and "Click" for engagement (A/B winners need them).
+    ses_event_types: tuple[str, ...] = (
+        "Send",
+        "Delivery",
+        "Bounce",
+        "Complaint",
+        "Reject",
+        "DeliveryDelay",
+        "Rendering Failure",
+    )
 
     @model_validator(mode="after")
     def _fill_local_endpoints(self) -> Settings:

@@ -23,8 +23,13 @@ from infra.process import ManagedProcess, port_open, require_free_port, wait_unt
 def subscribe_local(
     settings: Settings, *, endpoint: str | None = None, timeout: float = 20.0
 ) -> dict[str, Any]:
-    """Subscribe the webhook at the local stand-in and wait for its confirmation."""
+    """Subscribe the webhook at the local stand-in and wait for its confirmation.
+
+    Like an event destination, the subscription carries the configured event types: the
+    stand-in builds, signs and POSTs nothing else (it never generates Open or Click).
+    """
     from infra.ses_standin.events_admin import SesEventsAdmin
+    from infra.ses_standin.subscriptions import EVENT_TYPES
 
     if not settings.ses_endpoint_url:
         raise StackError("SES is real Amazon SES: subscribe the webhook with SNS instead")
@@ -35,7 +40,10 @@ def subscribe_local(
         for s in (settings.marketing_configuration_set, settings.transactional_configuration_set)
         if s
     ]
-    sub = admin.subscribe(target, settings.sns_topic_arns[0], configuration_sets=sets or None)
+    types = [t for t in deliverability.event_types(settings) if t in EVENT_TYPES]
+    sub = admin.subscribe(
+        target, settings.sns_topic_arns[0], configuration_sets=sets or None, event_types=types
+    )
     try:
         return admin.wait_confirmed(sub["id"], timeout=timeout)
     except TimeoutError as exc:

@@ -101,19 +101,37 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="a campaign with injected hard bounces and complaints pauses itself, its "
         "bounced/complained addresses are suppressed, a second campaign skips them",
         description="Uses the running stack (SES stand-in included) with a scratch database, "
-        "topics and configuration set; starts its own webhook, campaign and feedback workers.",
+        "topics and configuration set; starts its own webhook, campaign and feedback workers. "
+        "Reports seconds_from_crossing_to_pause: from the arrival at the webhook of the event "
+        "after which the campaign's counters cross the complaint threshold (the stand-in's "
+        "emission of it) to the campaign's pause; crossing.seconds_to_applied is when the agent "
+        "applied that event (even if the campaign had already finished), "
+        "crossing.standin_queue_s how long the event waited in the stand-in before its POST.",
+        epilog="examples:\n  flashsend feedback e2e --json\n"
+        "  flashsend feedback e2e --rate 0 --json\n"
+        "  flashsend feedback e2e --rate 0 --sender-nice 10 --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--users", type=int, default=50_000)
+    p.add_argument("--users", type=int, default=50_000, help="default %(default)s")
     p.add_argument(
         "--rate",
         type=float,
         default=300.0,
-        help="campaign rate (recipients/s); the feedback loop must keep up with it on this machine",
+        help="campaign rate (recipients/s, default %(default)s; 0 = as fast as it goes); the "
+        "feedback loop must keep up with it on this machine",
     )
     p.add_argument("--complaints", type=float, default=0.003, help="share of complainers")
     p.add_argument("--bounces", type=float, default=0.02, help="share of hard bounces")
     p.add_argument("--min-sample", type=int, default=10_000)
     p.add_argument("--workers", type=int, default=2, help="campaign worker processes")
+    p.add_argument(
+        "--sender-nice",
+        type=int,
+        default=0,
+        help="niceness added to the campaign workers (default 0): the SES stand-in plays AWS, "
+        "whose CPU is not ours in production; on a small machine unthrottled senders starve "
+        "its event emitter and the campaign ends before the events exist",
+    )
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_e2e)
@@ -202,6 +220,7 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         min_sample=args.min_sample,
         workers=args.workers,
         timeout_s=args.timeout,
+        sender_nice=args.sender_nice,
     )
     with sigterm_interrupts():
         result = run_e2e_scratch(

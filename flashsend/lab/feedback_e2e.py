@@ -20,6 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
+from flashsend import deliverability
+from flashsend.lab.feedback_crossing import find_crossing, read_ses_events
 from flashsend.lab.feedback_run import (
     WebhookProcess,
     campaign_row,
@@ -53,6 +57,9 @@ class E2eOptions:
     workers: int = 2
     timeout_s: float = 900.0
     event_types: tuple[str, ...] = EVENT_TYPES
+    # Niceness added to the campaign workers. The SES stand-in plays AWS (SES and SNS), whose
+    # CPU is not ours in production; on a small machine unthrottled senders starve it.
+    sender_nice: int = 0
 
 
 def run_e2e_scratch(
@@ -94,8 +101,13 @@ def run_e2e(
         signature_version=2,
     )
     feedback = WorkerPool(s, log_dir, loglevel="info", role="feedback")
-    senders = WorkerPool(s, log_dir, loglevel="warning")
-    result: dict[str, Any] = {"users": options.users, "database": s.pg_database}
+    senders = WorkerPool(s, log_dir, loglevel="warning", nice=options.sender_nice)
+    result: dict[str, Any] = {
+        "users": options.users,
+        "rate": options.rate,
+        "sender_nice": options.sender_nice,
+        "database": s.pg_database,
+    }
     started = StartedCampaigns(s)
     try:
         events.wait_confirmed(sub["id"])
@@ -112,8 +124,8 @@ def run_e2e(
             row = campaign_row(s, c1)
             return row if row["status"] != "sending" else None
 
-        first = wait_for(f"campaign {c1} to pause itself", settled, options.timeout_s, 0.05)
-        t_paused = time.monotonic()
+        first = wait_for(f"campaign {c1} to pause itself", settled, options.timeout_s, 0.02)
+        t_paused, paused_wall = time.monotonic(), time.time()
         log(f"campaign {c1} {first['status']}: {first['reason']}")
         wait_for("rows in flight", lambda: campaign_row(s, c1)["counts"].get("sending", 0) == 0, 60)
         events.wait_drained(timeout=options.timeout_s)
@@ -136,6 +148,7 @@ def run_e2e(
             "injected_bounces": len(injected.get("bounce", [])),
             "injected_complaints": len(injected.get("complaint", [])),
         }
+        result.update(_crossing(s, c1, paused_wall if first["status"] == "paused" else None))
         result["suppressed"] = len(got)
         result["suppression_matches"] = got == expected
         result["suppression_missing"] = sorted(set(expected) - set(got))[:20]
@@ -201,6 +214,38 @@ def run_e2e(
         webhook.stop()
         events.unsubscribe(sub["id"])
         events.clear_rates(s.marketing_configuration_set)
+
+
+def _crossing(s: Settings, campaign_id: int, paused_at: float | None) -> dict[str, Any]:
+    """seconds_from_crossing_to_pause: from the arrival at the webhook of the event after which
+    the campaign's counters cross a threshold (the stand-in's emission of it) to the moment
+    this run saw the campaign paused (polled every 20 ms)."""
+    crossing = find_crossing(
+        read_ses_events(s, s.topic_mail_events), campaign_id, deliverability.thresholds(s)
+    )
+    if crossing is None:
+        return {"seconds_from_crossing_to_pause": None, "crossing": None}
+    out: dict[str, Any] = {
+        "seconds_from_crossing_to_pause": None,
+        "crossing": {
+            "event_type": crossing.event_type,
+            "reason": crossing.reason,
+            "events_before": crossing.events_before,
+            # the stand-in's own queue: event built → POSTed (SNS's delay, in production)
+            "standin_queue_s": round((crossing.received_at_ms - crossing.occurred_at_ms) / 1000, 2),
+        },
+    }
+    with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT extract(epoch FROM seen_at) FROM feedback_seen WHERE event_id = %s",
+            (crossing.event_id,),
+        ).fetchone()
+    if row is not None:  # the agent's transaction that applied it (paused it, if still sending)
+        applied = float(row[0]) - crossing.received_at_ms / 1000
+        out["crossing"]["seconds_to_applied"] = round(applied, 2)
+    if paused_at is not None:
+        out["seconds_from_crossing_to_pause"] = round(paused_at - crossing.received_at_ms / 1000, 2)
+    return out
 
 
 def _plain(row: dict[str, Any]) -> dict[str, Any]:

@@ -54,6 +54,7 @@ class WorkerPool:
     slots: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     pool_id: str = field(default_factory=lambda: secrets.token_hex(3))
     log_files: dict[int, Path] = field(default_factory=dict)  # pid -> its stdout/stderr
+    nice: int = 0  # added to the workers' niceness: > 0 yields the CPU to everything else
 
     def _free_slot(self) -> int:
         slot = 0
@@ -90,6 +91,7 @@ class WorkerPool:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
+            preexec_fn=(lambda: os.nice(self.nice)) if self.nice else None,
         )
         log.close()
         self.log_files[proc.pid] = log_file

@@ -28,5 +28,9 @@ def test_complaints_pause_the_campaign_and_bounces_are_suppressed(
     assert result["suppression_matches"], result
     assert c1["injected_bounces"] > 0 and c1["injected_complaints"] > 0
     assert c2["suppressed_reaching_ses"] == 0, result
+    # The crossing event is found on mail.events and the delay to the pause is measured.
+    assert result["crossing"]["reason"].startswith("auto: complaint rate"), result
+    assert isinstance(result["seconds_from_crossing_to_pause"], float), result
+    assert result["crossing"]["seconds_to_applied"] is not None, result
     assert c2["reached_ses"] == c1["rows"]["sent"] - result["suppressed"], result
     assert result["ok"], result

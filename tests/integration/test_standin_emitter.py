@@ -170,3 +170,23 @@ def test_the_backlog_is_resumed_only_when_asked(own_standin: Settings, endpoint:
     offered = len(endpoint.offered)
     time.sleep(2)
     assert len(endpoint.offered) == offered
+
+
+def test_the_stacks_subscription_matches_the_configured_event_types(
+    settings: Settings, endpoint: Endpoint
+) -> None:
+    from infra.webhook_service import subscribe_local
+
+    s = settings.model_copy(
+        update={
+            "sns_topic_arns": (f"arn:aws:sns:us-east-1:000000000000:t-{uuid.uuid4().hex[:8]}",),
+            "ses_event_types": ("Send", "Delivery", "Bounce", "Complaint", "Open"),
+        }
+    )
+    sub = subscribe_local(s, endpoint=endpoint.url)
+    try:
+        # Open is configured, but the stand-in never publishes it: not asked for.
+        assert sub["event_types"] == ["Send", "Delivery", "Bounce", "Complaint"]
+    finally:
+        assert s.ses_endpoint_url
+        SesEventsAdmin(s.ses_endpoint_url).unsubscribe(sub["id"])

@@ -86,3 +86,24 @@ def test_marketing_and_transactional_need_their_own_configuration_sets() -> None
 )
 def test_one_click_body(content_type: str, body: bytes, ok: bool) -> None:
     assert _is_one_click(content_type, body) is ok
+
+
+def test_event_destinations_publish_what_the_agents_use_and_no_engagement_by_default() -> None:
+    s = settings()
+    assert set(deliverability.event_types(s)) == {
+        "Send",
+        "Delivery",
+        "Bounce",
+        "Complaint",
+        "Reject",
+        "DeliveryDelay",
+        "Rendering Failure",
+    }
+    assert "OPEN" not in deliverability.matching_event_types(s)
+    assert "CLICK" not in deliverability.matching_event_types(s)
+    assert "RENDERING_FAILURE" in deliverability.matching_event_types(s)
+    engaged = settings(ses_event_types=("Delivery", "Open", "Click"))
+    assert deliverability.matching_event_types(engaged) == ["DELIVERY", "OPEN", "CLICK"]
+    for bad in (("Delivery", "Opened"), ()):
+        with pytest.raises(deliverability.DeliverabilityConfigError, match="SES_EVENT_TYPES"):
+            deliverability.event_types(settings(ses_event_types=bad))

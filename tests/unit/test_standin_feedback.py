@@ -183,3 +183,16 @@ def test_subscription_requests_and_store(tmp_path: Path) -> None:
 def test_bad_subscription_requests(body: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         parse_request(body)
+
+
+def test_only_the_wanted_event_types_are_built() -> None:
+    plan = [("a@x.test", COMPLAINT), ("b@x.test", DELIVERED)]
+    every = build_events(journal_record(), plan, rejected=False, now=NOW)
+    wanted = build_events(journal_record(), plan, rejected=False, now=NOW, wanted={"Complaint"})
+    assert [t for t, _ in wanted] == ["Complaint"]
+    assert wanted[0][1] == next(e for t, e in every if t == "Complaint")  # same feedback id
+    assert build_events(journal_record(), plan, rejected=False, now=NOW, wanted={"Bounce"}) == []
+    assert [t for t, _ in build_events(journal_record(), plan, rejected=True, now=NOW)] == [
+        "Send",
+        "Reject",
+    ]
