@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -20,15 +19,13 @@ from producers.dlq import DeadLetterProducer
 from producers.reconcile import Reconciler
 from schemas.serde import AvroCodec, registry_client
 from sinks.offsets import Assignment
-from sinks.recipient_store import RecipientStore, StoreUnavailable
+from sinks.recipient_store import RecipientStore
 from sinks.ses import SesSender, make_client
 from streams import faust_offsets
-from streams.backoff import backoff_delay
 from streams.campaign_state import CampaignCache
 from streams.sender import CampaignSender, PartitionFlow, SenderConfig
 
 log = logging.getLogger("flashsend.app")
-_RETRY_RNG = random.Random()
 
 TAKE_MAX = 100  # doorbells (of up to DOORBELL_BLOCK recipients) per batch handed to the sender
 TAKE_WITHIN_S = 0.05  # small: buffered events are unacked and would stall rebalances
@@ -116,15 +113,7 @@ class Runtime:
         assert self.store is not None
         if assignment.topic != self.store.topic:
             return {}
-        attempt = 0
-        while True:
-            try:
-                return await self.store.offsets.take(assignment)
-            except StoreUnavailable as exc:
-                attempt += 1
-                delay = backoff_delay(min(attempt, 10), base=0.1, cap=2.0, rng=_RETRY_RNG)
-                log.warning("taking offsets failed (attempt %d), retrying: %s", attempt, exc)
-                await asyncio.sleep(delay)
+        return await faust_offsets.take_waiting(self.store.offsets, assignment)
 
     async def stop(self) -> None:
         if self.sender is not None:

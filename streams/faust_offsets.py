@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any, ClassVar
 
@@ -34,7 +35,8 @@ from faust.transport.drivers.aiokafka import server_list
 from faust.types import TP
 from mode.services import WaitResults
 
-from sinks.offsets import Assignment
+from sinks.offsets import Assignment, PartitionOffsets, StoreUnavailable
+from streams.backoff import backoff_delay
 
 log = logging.getLogger("flashsend.offsets")
 
@@ -249,3 +251,20 @@ async def consume_batches(
             app._crash(RuntimeError(f"{what} batch failed"))
             raise
         yield None
+
+
+_RETRY_RNG = random.Random()  # jitter of the retries below
+
+
+async def take_waiting(offsets: PartitionOffsets, assignment: Assignment) -> dict[int, int]:
+    """`offsets.take(assignment)`, waiting out PostgreSQL being down or restarting: an error
+    here escapes into Faust's recovery, which crashes the worker."""
+    attempt = 0
+    while True:
+        try:
+            return await offsets.take(assignment)
+        except StoreUnavailable as exc:
+            attempt += 1
+            delay = backoff_delay(min(attempt, 10), base=0.1, cap=2.0, rng=_RETRY_RNG)
+            log.warning("taking offsets failed (attempt %d), retrying: %s", attempt, exc)
+            await asyncio.sleep(delay)

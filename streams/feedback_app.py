@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import time
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
@@ -29,9 +28,8 @@ from producers.dlq import DeadLetterProducer
 from producers.mail_topics import ensure_mail_topics
 from schemas.serde import AvroCodec, registry_client
 from sinks.feedback_store import FeedbackStore
-from sinks.offsets import Assignment, StoreUnavailable
+from sinks.offsets import Assignment
 from streams import faust_offsets
-from streams.backoff import backoff_delay
 from streams.feedback_ingest import FeedbackIngest
 
 log = logging.getLogger("flashsend.feedback.app")
@@ -39,7 +37,6 @@ log = logging.getLogger("flashsend.feedback.app")
 TAKE_MAX = 500
 TAKE_WITHIN_S = 0.05  # small: buffered events are unacked and would stall rebalances
 PURGE_EVERY_S = 3600.0
-_RETRY_RNG = random.Random()  # jitter of the offset retries
 
 
 class FeedbackRuntime:
@@ -87,15 +84,7 @@ class FeedbackRuntime:
         assert self.store is not None
         if assignment.topic != self.store.topic:
             return {}
-        attempt = 0
-        while True:
-            try:
-                return await self.store.offsets.take(assignment)
-            except StoreUnavailable as exc:
-                attempt += 1
-                delay = backoff_delay(min(attempt, 10), base=0.1, cap=2.0, rng=_RETRY_RNG)
-                log.warning("taking offsets failed (attempt %d), retrying: %s", attempt, exc)
-                await asyncio.sleep(delay)
+        return await faust_offsets.take_waiting(self.store.offsets, assignment)
 
     async def _purge_loop(self) -> None:
         while True:

@@ -157,12 +157,13 @@ class MailRuntime:
             return self.ingest
 
     async def offsets(self, assignment: Assignment) -> Mapping[int, int]:
-        """The transport's offset source: take the assigned partitions (sinks.offsets)."""
+        """The transport's offset source: take the assigned partitions (sinks.offsets),
+        waiting out a PostgreSQL outage."""
         await self.ensure_started()
         assert self.store is not None
         if assignment.topic != self.store.topic:
             return {}
-        return await self.store.offsets.take(assignment)
+        return await faust_offsets.take_waiting(self.store.offsets, assignment)
 
     async def _purge_loop(self) -> None:
         s = self.settings
