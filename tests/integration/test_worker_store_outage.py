@@ -14,6 +14,7 @@ import asyncio
 import psycopg
 
 from flashsend.settings import Settings
+from sinks.offsets import Assignment
 from streams.app import Runtime
 
 
@@ -39,10 +40,11 @@ def test_offset_seek_waits_for_postgres_instead_of_failing(settings: Settings) -
             # Nothing else may touch the pool: its connections must still be the dead ones
             # when the seek asks for one, as they are when a rebalance follows a restart.
             await runtime.campaigns.stop()
-            await runtime.offsets(settings.topic_recipients, [0, 1])
+            await runtime.offsets(Assignment.of(settings.topic_recipients, [0, 1]))
             _database_outage(settings, allow=False)
             try:
-                seek = asyncio.create_task(runtime.offsets(settings.topic_recipients, [0, 1]))
+                assignment = Assignment.of(settings.topic_recipients, [0, 1])
+                seek = asyncio.create_task(runtime.offsets(assignment))
                 await asyncio.sleep(2.0)
                 assert not seek.done() or seek.exception() is None, seek.exception()
             finally:
