@@ -147,6 +147,13 @@ def test_an_event_before_the_answer_settles_the_row_and_the_late_answer_changes_
         record = sql.SQL(named("record_results")).format(
             partition=sql.Identifier("campaign_recipients")
         )
+        claims = dict(
+            conn.execute(
+                "SELECT seq, attempts FROM campaign_recipients WHERE campaign_id = %s "
+                "AND seq = ANY(%s)",
+                (cid, [1, 2]),
+            ).fetchall()
+        )
         conn.execute(
             record,
             {
@@ -155,6 +162,7 @@ def test_an_event_before_the_answer_settles_the_row_and_the_late_answer_changes_
                 "statuses": ["unknown", "unknown"],
                 "reasons": ["ses_timeout", "ses_timeout"],
                 "message_ids": [None, None],
+                "attempts": [claims[1], claims[2]],  # the answer comes under the row's claim
             },
         )
     after = rows(settings, cid)
