@@ -54,6 +54,8 @@ class SesCallFailed(FlashsendError):
         self.http_status = http_status
         self.timed_out = timed_out
         self.message = message  # SES's own words (e.g. which address it refused)
+        # time.monotonic() when SES's error answer arrived; None when no answer came back
+        self.answered_at: float | None = None
 
 
 @dataclass(frozen=True)

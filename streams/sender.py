@@ -47,7 +47,7 @@ from sinks.recipient_store import (
     RowResult,
     StoreUnavailable,
 )
-from sinks.ses import BulkEntry, SesCallFailed, SesSender
+from sinks.ses import BulkEntry, EntryStatus, SesCallFailed, SesSender
 from streams.addresses import is_valid_email
 from streams.backoff import backoff_delay
 from streams.call_split import Bisection
@@ -361,12 +361,15 @@ class Lane:
             batch, rows = rows[:admitted], rows[admitted:]
             pacer.started(admitted)
             self._in_call = True
+            outcome: CallOutcome | None = None
             try:
                 batch = await s.enter_call(cid, batch)
                 outcome = await s.call_ses(campaign, batch) if batch else None
             finally:
                 self._in_call = False
-                pacer.finished(admitted, time.monotonic())
+                answered_at = outcome.answered_at if outcome is not None else None
+                pacer.finished(admitted, answered_at or time.monotonic())
+
             if outcome is None:
                 continue
             now = time.monotonic()
@@ -402,6 +405,10 @@ class CallOutcome:
     pause_reason: str | None = None
     # False when SES answered with an error instead of per-entry results, or not at all.
     answered: bool = True
+    # time.monotonic() in the calling thread when the last answer arrived, before the hop back
+    # to the event loop: SES accepted nothing of these calls later than that. None when a call
+    # got no answer (the lane then counts it until its own clock says the call is over).
+    answered_at: float | None = None
 
     def merge(self, part: CallOutcome) -> None:
         """Add the outcome of one more call for other rows of the same lane call."""
@@ -885,6 +892,7 @@ class CampaignSender:
             else:
                 outcome.final.append(RowResult(r.seq, "skipped", f"invalid_email:{problem}", None))
         split = Bisection(sendable)
+        answer_times: list[float | None] = []
         while (call := split.next_call()) is not None:
             if split.calls > 1 and not self.campaigns.is_sending(campaign.id):
                 # Paused or cancelled while splitting: the lane releases what was not sent.
@@ -894,17 +902,22 @@ class CampaignSender:
             try:
                 part = await self._send_bulk(campaign, call)
             except SesCallFailed as exc:
+                answer_times.append(exc.answered_at)
                 if is_refused_unsent(exc.code, exc.http_status):
                     self.stats["refused_calls"] += 1
                     split.refused(call, _refusal_reason(exc))
                     continue
                 part = self._call_failed(exc, call)
+            else:
+                answer_times.append(part.answered_at)
             outcome.merge(part)
             if not part.answered:
                 # Throttled, unanswered or pausing: calling again now would not help.
                 outcome.retry += split.remaining()
                 break
         outcome.final += [RowResult(r.seq, "failed", why, None) for r, why in split.culprits]
+        if answer_times and None not in answer_times:
+            outcome.answered_at = max(t for t in answer_times if t is not None)
         if split.culprits:
             log.warning(
                 "campaign %s: SES refused %d of %d address(es) of a call; %d calls isolated them",
@@ -933,9 +946,9 @@ class CampaignSender:
             loop = asyncio.get_running_loop()
             began = time.monotonic()
             try:
-                statuses = await loop.run_in_executor(
+                statuses, answered_at = await loop.run_in_executor(
                     self._executor,
-                    lambda: self.ses.send_bulk(
+                    lambda: self._timed_send_bulk(
                         from_address=campaign.from_address,
                         template=campaign.template,
                         configuration_set=campaign.configuration_set,
@@ -951,7 +964,8 @@ class CampaignSender:
         if len(statuses) != len(rows):
             # SES answered, but we cannot tell which entry is which: nobody may be resent.
             reason = f"response_length_mismatch:{len(statuses)}/{len(rows)}"
-            return CallOutcome([RowResult(r.seq, "unknown", reason, None) for r in rows], [])
+            unknown = [RowResult(r.seq, "unknown", reason, None) for r in rows]
+            return CallOutcome(unknown, [], answered_at=answered_at)
         results = map_bulk_response(seqs, [(s.status, s.message_id, s.error) for s in statuses])
         final: list[RowResult] = []
         retry: list[ClaimedRecipient] = []
@@ -973,7 +987,21 @@ class CampaignSender:
                 final.append(RowResult(res.seq, "unknown", res.reason, None))
             else:
                 final.append(RowResult(res.seq, "failed", res.reason, None))
-        return CallOutcome(final, retry, retry_reason, throttled, pause_reason)
+        return CallOutcome(
+            final, retry, retry_reason, throttled, pause_reason, answered_at=answered_at
+        )
+
+    def _timed_send_bulk(self, **call: Any) -> tuple[list[EntryStatus], float]:
+        """`ses.send_bulk` in the executor's thread, with the moment its answer arrived, read
+        there: the hop back to a busy event loop can take tens of milliseconds, and a lane's
+        window counts every call until a second after its answer."""
+        try:
+            statuses = self.ses.send_bulk(**call)
+        except SesCallFailed as exc:
+            if exc.http_status is not None:
+                exc.answered_at = time.monotonic()
+            raise
+        return statuses, time.monotonic()
 
     def _call_failed(self, exc: SesCallFailed, rows: list[ClaimedRecipient]) -> CallOutcome:
         outcome = classify_call_error(exc.code, exc.http_status, timed_out=exc.timed_out)
