@@ -284,6 +284,11 @@ class Lane:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._more.wait(), remaining)
 
+    def _requeue(self, rows: list[ClaimedRecipient]) -> None:
+        """Put rows taken for a call back at the head of the queue (they keep their turn)."""
+        self._rows.extendleft(reversed(rows))
+        self._has_rows.set()
+
     def _take_call(self) -> list[ClaimedRecipient]:
         first = self._rows[0]
         size = self._call_size()
@@ -359,6 +364,12 @@ class Lane:
                 await asyncio.sleep(wait)
                 continue  # everything is checked again: paused, revoked, rate changed
             batch, rows = rows[:admitted], rows[admitted:]
+            if rows and attempt == 0:
+                # The window had room for part of the call: the rest joins the next call, so
+                # calls keep their size and tile the budget (sent as a call of their own, a
+                # few rows would take a whole call's turn, and the lane would fall behind).
+                self._requeue(rows)
+                rows = []
             pacer.started(admitted)
             self._in_call = True
             outcome: CallOutcome | None = None
