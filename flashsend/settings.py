@@ -139,8 +139,10 @@ class Settings(BaseSettings):
     webhook_publish_timeout_s: float = 10.0  # broker ack wait before answering SNS 503
     # SES event types the configuration sets' event destinations publish: what the feedback
     # agent and reconcile use. Add "Open" and "Click" for engagement (A/B winners need them).
+    # No "Send": it doubles the events of every campaign and adds nothing the agent needs (the
+    # pause's base is max(sent, delivered + bounced); a row in doubt is settled by its
+    # Delivery, Bounce, Complaint, Reject or DeliveryDelay); add it to settle rows sooner.
     ses_event_types: tuple[str, ...] = (
-        "Send",
         "Delivery",
         "Bounce",
         "Complaint",

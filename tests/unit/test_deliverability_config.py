@@ -91,7 +91,6 @@ def test_one_click_body(content_type: str, body: bytes, ok: bool) -> None:
 def test_event_destinations_publish_what_the_agents_use_and_no_engagement_by_default() -> None:
     s = settings()
     assert set(deliverability.event_types(s)) == {
-        "Send",
         "Delivery",
         "Bounce",
         "Complaint",
@@ -101,6 +100,7 @@ def test_event_destinations_publish_what_the_agents_use_and_no_engagement_by_def
     }
     assert "OPEN" not in deliverability.matching_event_types(s)
     assert "CLICK" not in deliverability.matching_event_types(s)
+    assert "SEND" not in deliverability.matching_event_types(s)  # would double every campaign's
     assert "RENDERING_FAILURE" in deliverability.matching_event_types(s)
     engaged = settings(ses_event_types=("Delivery", "Open", "Click"))
     assert deliverability.matching_event_types(engaged) == ["DELIVERY", "OPEN", "CLICK"]
