@@ -19,7 +19,9 @@ bench/results/<timestamp>.json and a PNG plot.
 Key figures: limiter_sweep / limiter_worst_ratio (busiest sliding second at the SES stand-in
 / limit), pause_latency_ms (pause command returned -> last entry SES accepted), status_query_ms
 (timed while the main campaign sends), end_to_end_rate_per_s, cpu_us_per_recipient_product
-(the stand-in's CPU apart). docs/performance.md explains each.
+(the stand-in's CPU apart; the webhook and the feedback worker in), events_lag_p99_s (an SES
+event's POST to its row in PostgreSQL, while the main campaign sends at full speed).
+docs/performance.md explains each.
 
 Examples:
   flashsend bench --json                                    # the full 1M run
@@ -103,6 +105,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(default: %(default)s)",
     )
     p.add_argument(
+        "--no-events",
+        dest="events",
+        action="store_false",
+        help="run no feedback worker: the main campaign's SES events are not applied and "
+        "events_lag_* are null (default: a feedback worker applies them, events_lag_* say how "
+        "far behind it was, and its CPU counts as the product's)",
+    )
+    p.add_argument(
         "--out",
         type=Path,
         default=Path("bench/results"),
@@ -133,6 +143,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 pauses=args.pauses,
                 pause_rate=args.pause_rate,
                 out_dir=args.out,
+                events=args.events,
             ),
         )
     if args.json:

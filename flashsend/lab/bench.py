@@ -27,6 +27,7 @@ import psycopg
 from flashsend.lab.bench_campaign import run_campaign
 from flashsend.lab.bench_figures import DEFAULT_SWEEP_RATES, DEFAULT_SWEEP_SECONDS, worst_ratio
 from flashsend.lab.demo import ensure_users
+from flashsend.lab.events_lag import EVENTS_LAG_KEYS, events_lag, topic_ends
 from flashsend.lab.limiter_sweep import run_sweep
 from flashsend.lab.partition_stalls import campaign_stall
 from flashsend.lab.pause_latency import check_clock, pause_figures, pause_run
@@ -67,6 +68,9 @@ class BenchOptions:
     pauses: int = 5  # per rate
     pause_rate: float = 1000.0
     out_dir: Path = Path("bench/results")
+    # The event loop: a feedback worker applies the main campaign's SES events while it sends;
+    # events_lag_* measure how far behind it is, and its CPU is the product's.
+    events: bool = True
 
 
 def seed_snapshot_s(settings: Settings) -> float:
@@ -199,6 +203,7 @@ MAIN_KEYS = (
     "cpu_us_per_recipient_product",
     "cpu_us_per_recipient_by_component",
     "services",
+    *EVENTS_LAG_KEYS,
 )
 
 
@@ -215,7 +220,9 @@ def run_bench(
         "ses_latency_ms": options.ses_latency_ms,
     }
     started = StartedCampaigns(settings)
-    pool = WorkerPool(settings, settings.state_dir / "logs" / f"bench-{int(time.time())}")
+    log_dir = settings.state_dir / "logs" / f"bench-{int(time.time())}"
+    pool = WorkerPool(settings, log_dir)
+    feedback = WorkerPool(settings, log_dir, role="feedback")
     faults_before: dict[str, Any] | None = None
     rate_series: Series = []
     limiter_series: dict[float, Series] = {}
@@ -242,10 +249,12 @@ def run_bench(
             f"SES latency {options.ses_latency_ms} ms"
         )
         pool.start(options.workers)
+        if options.events:
+            feedback.start(1)
         time.sleep(8)  # let the workers join the group before the clock starts
         log("bench: seed snapshot SQL on the same data")
         result["seed_snapshot_s"] = round(seed_snapshot_s(settings), 2)
-        rate_series = _main_campaign(settings, options, pool, started, result, log)
+        rate_series = _main_campaign(settings, options, pool, feedback, started, result, log)
         limiter_series = _limiter_sweep(settings, options, pool, started, result, log)
         _pauses(settings, options, started, result, log)
         result["worker_rss_mb_max"] = round(pool.max_rss_mb, 1)
@@ -261,6 +270,7 @@ def run_bench(
         failure = exc
     finally:
         pool.stop()
+        feedback.stop()
         if faults_before is not None:
             try:
                 ses.set_faults(
@@ -277,11 +287,20 @@ def _main_campaign(
     settings: Settings,
     options: BenchOptions,
     pool: WorkerPool,
+    feedback: WorkerPool,
     started: StartedCampaigns,
     result: dict[str, Any],
     log: Callable[[str], None],
 ) -> Series:
     log(f"bench: main campaign to the first {options.users:,} users, rate unlimited")
+    events_from = topic_ends(settings) if options.events else {}
+
+    def settle(campaign_id: int) -> dict[str, Any]:
+        if not options.events:
+            return dict.fromkeys(EVENTS_LAG_KEYS)
+        log("bench: waiting for the campaign's events to be applied (events_lag)")
+        return events_lag(settings, events_from, campaign_id)
+
     # Once more while the main campaign sends: the machine's drift shows under load (the
     # idle figures at start and end stayed put while CPU per recipient moved by 30 %).
     under_load: list[float] = []
@@ -292,7 +311,16 @@ def _main_campaign(
     timer.start()
     audience = f"({settings.audience_condition}) AND u.id <= {int(options.users)}"
     try:
-        main = run_campaign(settings, pool, started, 0.0, audience=audience, sample_status=True)
+        main = run_campaign(
+            settings,
+            pool,
+            started,
+            0.0,
+            audience=audience,
+            sample_status=True,
+            others={"feedback_worker": feedback} if options.events else None,
+            settle=settle,
+        )
     finally:
         timer.cancel()
         timer.join()

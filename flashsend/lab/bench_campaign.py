@@ -1,10 +1,10 @@
 """One measured campaign for `flashsend bench`: rates, timings, the status query sampled while
 it sends, and CPU per recipient by component from process CPU times.
 
-CPU is measured per component — workers, broker, PostgreSQL (all backends), the webhook and
-the schema registry when they run (the product) and the SES stand-in (the test double, which
-real SES would replace) — as summed process CPU time divided by recipients sent, because all
-of them share the same two cores.
+CPU is measured per component — workers, broker, PostgreSQL (all backends), the webhook, the
+feedback worker and the schema registry when they run (the product) and the SES stand-in (the
+test double, which real SES would replace) — as summed process CPU time divided by recipients
+sent, because all of them share the same two cores.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import contextlib
 import math
 import threading
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psutil
@@ -36,11 +37,16 @@ STANDIN = "ses_standin"
 SERVICES = ("kafka", "postgres", "webhook", "registry", "ses")
 
 
-def stack_pids(settings: Settings, workers: WorkerPool) -> dict[str, list[int]]:
+def stack_pids(
+    settings: Settings, workers: WorkerPool, others: Mapping[str, WorkerPool] | None = None
+) -> dict[str, list[int]]:
     """Every running process of the stack by component (a service that is not running is
-    absent): workers, kafka, postgres (+ backends), webhook, registry, ses_standin."""
+    absent): workers, kafka, postgres (+ backends), webhook, registry, ses_standin, and the
+    `others` pools by their names (e.g. the feedback worker)."""
     run = settings.state_dir / "run"
     roots: dict[str, list[int]] = {"workers": [p.pid for p in workers.alive()]}
+    for name, pool in (others or {}).items():
+        roots[name] = [p.pid for p in pool.alive()]
     for name in SERVICES:
         if name == "postgres":
             pid_file = settings.state_dir / "postgres" / "data" / "postmaster.pid"
@@ -173,15 +179,19 @@ def run_campaign(
     audience: str,
     timeout: float = 1800,
     sample_status: bool = False,
+    others: Mapping[str, WorkerPool] | None = None,
+    settle: Callable[[int], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Create, start and wait for one campaign; its figures from our rows, the stand-in and
-    the processes' CPU times."""
+    the processes' CPU times. `settle(campaign_id)` runs once the campaign is finished and
+    before the CPU is read (e.g. waiting for its events to be applied, so their processing
+    is counted); its figures join the result."""
     cid = started.add(
         create_campaign(
             settings, name=f"bench-{rate:g}-{int(time.time())}", rate=rate, audience=audience
         )
     )
-    roots = stack_pids(settings, pool)
+    roots = stack_pids(settings, pool, others)
     cpu0 = cpu_by_component(roots)
     sampler = StatusSampler(settings, cid)
     with sampler if sample_status else contextlib.nullcontext():
@@ -192,6 +202,7 @@ def run_campaign(
         # rate of every live campaign against the account's budget.
         with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
             CampaignStore(conn).finish(cid)
+    settled = settle(cid) if settle is not None else {}
     cpu1 = cpu_by_component(roots)
     cpu_parts = {k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}
     stats = standin_stats(settings, cid)
@@ -219,4 +230,5 @@ def run_campaign(
     }
     if sample_status:
         result["status_query_ms"] = summary(sampler.samples_ms, listed=False)
+    result.update(settled)
     return result

@@ -22,6 +22,15 @@ STEADY_TRIM_S = 1.0
 CLOCK_TOLERANCE_MS = 5.0
 
 
+def percentile(sorted_values: Sequence[float], pct: float) -> float | None:
+    """Nearest-rank percentile of already sorted values (a value that was measured, never an
+    interpolation between two); None when there is none."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(pct / 100.0 * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
 def summary(
     values: Sequence[float], *, listed: bool = True
 ) -> dict[str, float | int | list[float] | None]:

@@ -67,10 +67,18 @@ def find_crossing(
 
 
 def read_ses_events(
-    settings: Settings, topic: str, timeout_s: float = 120.0
+    settings: Settings,
+    topic: str,
+    timeout_s: float = 120.0,
+    *,
+    start: Mapping[int, int] | None = None,
+    every: int = 1,
 ) -> list[dict[str, Any]]:
-    """Every ses_event record on `topic` now (from the start to the current end), decoded."""
+    """The ses_event records on `topic` now (from `start`, default the beginning, to the
+    current end), decoded; with `every` > 1 only those whose offset is a multiple of it (a
+    uniform sample that decodes nothing else)."""
     ends = end_offsets(settings, topic)
+    begin = dict(start or {})
     codec = AvroCodec(registry_client(settings.schema_registry_url), "ses_event")
     consumer = Consumer(
         {
@@ -81,8 +89,8 @@ def read_ses_events(
     )
     out: list[dict[str, Any]] = []
     try:
-        left = {p: end for p, end in ends.items() if end > 0}
-        consumer.assign([TopicPartition(topic, p, 0) for p in left])
+        left = {p: end for p, end in ends.items() if end > begin.get(p, 0)}
+        consumer.assign([TopicPartition(topic, p, begin.get(p, 0)) for p in left])
         deadline = time.monotonic() + timeout_s
         while left:
             if time.monotonic() > deadline:
@@ -93,6 +101,8 @@ def read_ses_events(
                 p, offset = msg.partition(), msg.offset()
                 if p in left and offset is not None and offset + 1 >= left[p]:
                     del left[p]
+                if offset is None or offset % every:
+                    continue
                 schema = dict(msg.headers() or []).get(SCHEMA_HEADER)
                 if schema == b"ses_event":
                     out.append(codec.decode(msg.value()))

@@ -18,8 +18,10 @@ import psycopg
 
 from flashsend.lab.bench import BenchOptions, run_bench
 from flashsend.lab.chaos import ChaosOptions, run_chaos
+from flashsend.lab.feedback_run import WebhookProcess, with_feedback
 from flashsend.settings import Settings, settings_env
 from infra.process import port_open
+from infra.ses_standin.events_admin import SesEventsAdmin
 
 LIVE = ("draft", "snapshotting", "sending", "paused")
 
@@ -60,20 +62,38 @@ def test_chaos_kills_restarts_zombie_and_hangs_keep_the_invariants(settings: Set
 
 def test_bench_short_run_produces_every_figure(settings: Settings, tmp_path: Path) -> None:
     rates = (37.0, 777.0, 3120.0)
-    result = run_bench(
-        settings,
-        BenchOptions(
-            users=6_000,
-            workers=2,
-            naive_users=300,
-            sweep_rates=rates,
-            sweep_seconds=3,
-            pauses=2,
-            pause_rate=1000,
-            out_dir=tmp_path,
-        ),
-        log=lambda _: None,
+    # The event loop as `flashsend up` runs it: the stand-in posts Delivery events to a real
+    # webhook; the bench's own feedback worker applies them and times the lag.
+    settings = with_feedback(settings)
+    events = SesEventsAdmin(settings.ses_endpoint_url or "")
+    webhook = WebhookProcess.start(settings, tmp_path / "logs")
+    sub_id = str(
+        events.subscribe(
+            webhook.sns_url,
+            settings.sns_topic_arns[0],
+            configuration_sets=[settings.marketing_configuration_set],
+            event_types=["Delivery"],
+        )["id"]
     )
+    try:
+        events.wait_confirmed(sub_id)
+        result = run_bench(
+            settings,
+            BenchOptions(
+                users=6_000,
+                workers=2,
+                naive_users=300,
+                sweep_rates=rates,
+                sweep_seconds=3,
+                pauses=2,
+                pause_rate=1000,
+                out_dir=tmp_path,
+            ),
+            log=lambda _: None,
+        )
+    finally:
+        events.unsubscribe(sub_id)
+        webhook.stop()
     assert "error" not in result, result
     for key in (
         "snapshot_s",
@@ -112,8 +132,15 @@ def test_bench_short_run_produces_every_figure(settings: Settings, tmp_path: Pat
     status = result["status_query_ms"]
     assert status["samples"] >= 1 and 0 < status["median"] <= status["max"], status
 
+    # Every sampled Delivery of the main campaign was applied, its lag measured per event.
+    assert result["events_lag_sample"] >= 20, result
+    assert result["events_not_applied"] == 0, result
+    assert 0 <= result["events_lag_p50_s"] <= result["events_lag_p99_s"], result
+    assert result["events_lag_p99_s"] <= result["events_lag_max_s"] < 60, result
+
     by_component = result["cpu_us_per_recipient_by_component"]
-    assert {"workers", "postgres", "kafka", "ses_standin"} <= set(by_component)
+    assert {"workers", "postgres", "kafka", "ses_standin", "feedback_worker"} <= set(by_component)
+    assert by_component["feedback_worker"] > 0
     assert set(result["services"]) == set(by_component)
     without_standin = result["cpu_us_per_recipient"] - by_component["ses_standin"]
     assert abs(result["cpu_us_per_recipient_product"] - without_standin) <= 0.2  # rounding
