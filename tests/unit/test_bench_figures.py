@@ -10,6 +10,7 @@ from flashsend.lab.bench_figures import (
     limiter_figures,
     parse_rates,
     pause_latency,
+    percentile,
     steady_state,
     summary,
     worst_ratio,
@@ -84,3 +85,13 @@ def test_parse_rates() -> None:
     for bad in ("", "37,x", "0", "-5", "nan"):
         with pytest.raises(ValueError):
             parse_rates(bad)
+
+
+def test_percentile_is_a_measured_value_by_nearest_rank() -> None:
+    lags = sorted([0.2, 0.1, 9.0, 0.3] + [0.5] * 96)
+    assert percentile(lags, 99) == 0.5  # rank 99 of 100
+    assert percentile(lags, 100) == 9.0
+    assert percentile(lags, 50) == 0.5
+    assert percentile([4.0], 99) == 4.0
+    assert percentile([], 99) is None
+    assert percentile([1.0, 2.0], 50) == 1.0  # never 1.5: no interpolation
