@@ -370,7 +370,7 @@ class Lane:
                 # few rows would take a whole call's turn, and the lane would fall behind).
                 self._requeue(rows)
                 rows = []
-            pacer.started(admitted)
+            pacer.started(admitted, time.monotonic())
             self._in_call = True
             outcome: CallOutcome | None = None
             try:

@@ -254,9 +254,12 @@ class WindowPacer:
     `hold_until(t)` makes the window count as full until `t`: a partition just taken over
     from another worker may have had its whole budget spent by that worker in the last second.
 
-    Calls are sized to a `tick_s` worth of budget (between 1 and the SES maximum), so a lane
-    spreads its budget over the second instead of spending it in one burst; when the window
-    has room for at least half a call but not a whole one, the call shrinks to the room.
+    Calls are sized to a `tick_s` worth of budget (between 1 and the SES maximum) and spaced
+    by their share of the second (a call of n starts no sooner than n / budget after the one
+    before), so a lane spreads its budget over the second instead of spending it in a burst at
+    the start of every window: bursts from every lane at once queue at SES, and each call's
+    latency is paid for in the window. When the window has room for at least half a call but
+    not a whole one, the call shrinks to the room.
 
     `budget <= 0` means unlimited. Pure: time comes in as `now`, nothing sleeps.
     """
@@ -267,6 +270,7 @@ class WindowPacer:
     _spent: deque[tuple[float, int]] = field(default_factory=deque, init=False, repr=False)
     _in_call: int = field(default=0, init=False, repr=False)
     _held_until: float = field(default=float("-inf"), init=False, repr=False)
+    _next_at: float = field(default=float("-inf"), init=False, repr=False)
 
     @property
     def unlimited(self) -> bool:
@@ -301,6 +305,8 @@ class WindowPacer:
             return wanted, 0.0
         if now < self._held_until:
             return 0, self._held_until - now
+        if now < self._next_at - _EPSILON:
+            return 0, self._next_at - now
         room = self.budget - self.used(now)
         least = max(1, min(wanted, self.budget, (wanted + 1) // 2))
         if room >= least:
@@ -314,8 +320,12 @@ class WindowPacer:
                 return 0, max(0.0, expires - now) + _EPSILON
         return 0, self.window_s
 
-    def started(self, n: int) -> None:
+    def started(self, n: int, now: float | None = None) -> None:
+        """`n` recipients went into a call; with `now`, the next call waits its turn (n / budget
+        later), which only spreads calls: the window alone keeps the bound."""
         self._in_call += n
+        if now is not None and self.budget > 0:
+            self._next_at = now + n / self.budget
 
     def finished(self, n: int, now: float) -> None:
         self._in_call = max(0, self._in_call - n)

@@ -88,7 +88,7 @@ class Sim:
             assert wait > 0
             again(now + wait)
             return
-        pacer.started(admitted)
+        pacer.started(admitted, now)
         latency = self.rng.uniform(*self.latency)
         if self.rng.random() < self.spike:
             latency = self.rng.uniform(0.5, 1.5)
@@ -153,6 +153,24 @@ def test_a_lowered_budget_waits_for_the_window_to_drain() -> None:
     pacer.set_budget(50)
     admitted, wait = pacer.admit(20, 0.5)
     assert admitted == 0 and wait == pytest.approx(0.5)
+
+
+def test_calls_are_spread_over_the_second_not_sent_in_a_burst() -> None:
+    pacer = WindowPacer(100)
+    size = pacer.call_size(50)
+    assert size == 20
+    starts = []
+    now = 0.0
+    while len(starts) < 5:
+        admitted, wait = pacer.admit(size, now)
+        if not admitted:
+            now += wait
+            continue
+        starts.append(now)
+        pacer.started(admitted, now)
+        pacer.finished(admitted, now + 0.01)  # fast answers: only the spacing holds them back
+        now += 0.01
+    assert starts == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8])
 
 
 def test_a_held_pacer_waits_until_the_hold_ends() -> None:
