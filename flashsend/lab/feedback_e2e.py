@@ -40,7 +40,7 @@ from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
 from infra.ses_standin.events_admin import SesEventsAdmin
 from producers.campaign import start_campaign
-from producers.campaign_ops import create_campaign
+from producers.campaign_ops import control_campaign, create_campaign
 from sinks.ses import SesSender, make_client
 
 TEMPLATE = ("feedback_e2e", "{{first_name}}, flash sale", "<p>Hi {{first_name}}</p>", "Hi")
@@ -155,6 +155,10 @@ def run_e2e(
         result["suppression_extra"] = sorted(set(got) - set(expected))[:20]
         log(f"suppressed {len(got):,} addresses; exactly the injected ones: {got == expected}")
 
+        if c1_row["status"] == "paused":
+            # Measured. A paused campaign keeps its rate in the account's budget, and at rate
+            # 0 that is all of it: campaign 2's preflight would refuse to start.
+            control_campaign(s, c1, "cancel", "feedback e2e: measured")
         audience = (
             "u.id IN (SELECT user_id FROM campaign_recipients "
             f"WHERE campaign_id = {int(c1)} AND status = 'sent')"
