@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from flashsend.lab.chaos import freeze, thaw
+from flashsend.lab.chaos import PROMPT_READ_S, InFlight, freeze, thaw
 from flashsend.lab.workers import WorkerPool
 from flashsend.settings import load_settings
 
@@ -57,3 +57,47 @@ def test_a_worker_log_says_why_it_exited(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+class _Reads:
+    """What PostgreSQL would answer for the rows in a call (None: it is down)."""
+
+    def __init__(self, *answers: set[int] | None) -> None:
+        self.answers = list(answers)
+        self.late: list[bool] = []
+
+    def __call__(self, late: bool) -> set[int] | None:
+        self.late.append(late)
+        return self.answers.pop(0)
+
+
+def test_the_rows_in_a_call_are_read_right_after_each_kill() -> None:
+    reads = _Reads({1, 2}, {2, 3})
+    in_flight = InFlight(reads)
+    in_flight.after_fault(10.0)
+    in_flight.after_fault(15.0)
+    assert in_flight.seqs == {1, 2, 3}
+    assert reads.late == [False, False]
+    assert (in_flight.reads, in_flight.late_reads) == (2, 0)
+
+
+def test_a_kill_while_postgres_is_down_is_read_late_with_the_rows_the_lease_settled() -> None:
+    reads = _Reads(None, None, {7})
+    in_flight = InFlight(reads)
+    in_flight.after_fault(10.0)  # PostgreSQL down: nothing read yet
+    in_flight.catch_up(11.0)
+    assert in_flight.waiting and not in_flight.seqs
+    in_flight.catch_up(14.0)  # back, more than PROMPT_READ_S after the kill
+    assert in_flight.seqs == {7}
+    assert reads.late == [False, False, True]
+    assert (in_flight.reads, in_flight.late_reads) == (1, 1)
+    in_flight.catch_up(20.0)  # nothing waiting: no read
+    assert len(reads.late) == 3
+
+
+def test_a_read_asked_late_is_late_even_at_once() -> None:
+    reads = _Reads({4})
+    in_flight = InFlight(reads)
+    in_flight.after_fault(10.0, late=True)
+    assert reads.late == [True]
+    assert PROMPT_READ_S > 0
