@@ -25,9 +25,9 @@ without the stand-in having accepted it, and accepted_by_ses == sent
 (flashsend/chaos_events.py).
 
 The faults combine freely: restarts run in the background while kills go on, the kill
-schedule may pick the frozen worker, a restart may fail. Whatever happens, the run restarts
-what it stopped, cancels its campaign if unfinished and returns a result (with `error` when
-the run itself failed).
+schedule picks the frozen worker only when no other is alive, a restart may fail. Whatever
+happens, the run restarts what it stopped, cancels its campaign if unfinished and returns a
+result (with `error` when the run itself failed).
 """
 
 from __future__ import annotations
@@ -252,7 +252,10 @@ class Schedule:
         """Apply every fault due at `t` seconds into the run."""
         pool, log = self.pool, self.log
         if busy and t >= self.next_kill and pool.alive():
-            victim = self.rng.choice(pool.alive())
+            # The frozen worker is spared while another is alive: thawed after its partitions
+            # moved, it is the zombie the fence must stop (killed, it would be one more kill).
+            alive = pool.alive()
+            victim = self.rng.choice([p for p in alive if p is not self.zombie] or alive)
             if victim is self.zombie:
                 self.counters["zombies_killed_frozen"] += 1
             pool.kill(victim, signal.SIGKILL)
@@ -520,7 +523,9 @@ def _judge_events(
 ) -> dict[str, Any]:
     """The rows in doubt once SES's events are in; `sent`, `failed` and `unknown` become the
     counts after them (`unknown_at_end`: before)."""
-    verdict = judge_in_doubt(settings, campaign_id, loop.events, options.events_wait_s, log)
+    verdict = judge_in_doubt(
+        settings, campaign_id, loop.events, options.events_wait_s, log, loop.delivered
+    )
     final = _progress(settings, campaign_id)
     if final is None:
         raise RuntimeError("PostgreSQL does not answer after the run")
@@ -532,6 +537,7 @@ def _judge_events(
         "failed": final["failed"],
         "unknown": final["unknown"],
         "event_loop_restarts": dict(loop.restarts),
+        "events_emission": loop.emission(),
     }
     out["invariants_ok"] = (
         result["invariants_ok"]
