@@ -9,8 +9,10 @@ stand-in accepted, and Delivery would double the events without settling anythin
 After the run, each row that is or was `unknown` is looked up at the stand-in (by address,
 then campaign and seq tags): accepted or never seen. The run then waits, bounded, until every
 accepted one is settled, and reports what is left. Their events may queue behind every other
-event of the run, so the bound is on the time without progress of the feedback agent, capped
-at ten times that.
+event of the run: on a loaded machine the stand-in's emitter runs minutes behind the sends, and
+a wait cut short leaves accepted rows unknown that their queued events would settle. So the
+bound is on the time without progress (the feedback agent's offsets, or the stand-in's
+deliveries to the webhook), capped at MAX_WAIT_FACTOR times that.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from producers.resend_unknown import feedback_offsets
 from streams.resolution import EVENT_BEFORE_ANSWER, RESOLVED_BY_EVENT
 
 EVENT_TYPES = ("Send", "Reject")
-MAX_LOOKUPS = 50_000
-MAX_WAIT_FACTOR = 10  # rows looked up at the stand-in; beyond, the figures are left out
+MAX_LOOKUPS = 50_000  # rows looked up at the stand-in; beyond, the figures are left out
+MAX_WAIT_FACTOR = 40  # the wait's cap, in units of the wait without progress
 
 # Rows that are or were unknown: still unknown, or settled from unknown by an event.
 _IN_DOUBT = """
