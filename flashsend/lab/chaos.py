@@ -162,23 +162,24 @@ SELECT seq FROM campaign_recipients
  WHERE campaign_id = %(campaign_id)s AND status = 'sending' AND in_call_at IS NOT NULL
 """
 # Rows the lease turned unknown after their call had started (expire_leases).
-_LEASE_EXPIRED_IN_CALL = """
+_LEASE_EXPIRED = """
 SELECT seq FROM campaign_recipients
  WHERE campaign_id = %(campaign_id)s AND status = 'unknown' AND reason = 'lease_expired'
 """
-PROMPT_READ_S = 2.0  # a read this soon after a kill needs no help from the lease's record
+PROMPT_READ_S = 2.0  # a read this soon after a fault needs no help from the lease's record
+
+Rows = tuple[set[int], set[int]]  # (in a call, unknown by the lease)
 
 
-def rows_in_call(settings: Settings, campaign_id: int, late: bool) -> set[int] | None:
-    """The seqs of the campaign's rows in a call; `late`: also those the lease has turned
-    unknown (they were in a call when their worker stopped). None while PostgreSQL is down."""
+def rows_in_call(settings: Settings, campaign_id: int) -> Rows | None:
+    """The seqs of the campaign's rows in a call, and of those the lease has turned unknown;
+    None while PostgreSQL is down."""
     try:
         with psycopg.connect(settings.pg_dsn, autocommit=True, connect_timeout=2) as conn:
             params = {"campaign_id": campaign_id}
-            seqs = {int(r[0]) for r in conn.execute(_IN_CALL, params)}
-            if late:
-                seqs |= {int(r[0]) for r in conn.execute(_LEASE_EXPIRED_IN_CALL, params)}
-            return seqs
+            in_call = {int(r[0]) for r in conn.execute(_IN_CALL, params)}
+            expired = {int(r[0]) for r in conn.execute(_LEASE_EXPIRED, params)}
+            return in_call, expired
     except psycopg.OperationalError:
         return None
 
@@ -186,11 +187,17 @@ def rows_in_call(settings: Settings, campaign_id: int, late: bool) -> set[int] |
 @dataclass
 class InFlight:
     """The rows in a call right after each kill, the freeze and the PostgreSQL stop, read as
-    soon as PostgreSQL answers: the only rows those faults can leave in doubt."""
+    soon as PostgreSQL answers: the only rows those faults can leave in doubt.
 
-    read: Callable[[bool], set[int] | None]
+    A read made late (PostgreSQL was down) adds the rows the lease turned unknown since the
+    previous read: the lease may have settled a stopped worker's rows before the read, and
+    those rows were in a call when their worker stopped. Rows the lease settled between two
+    prompt reads are never added: they must be in an earlier read."""
+
+    read: Callable[[], Rows | None]
     seqs: set[int] = field(default_factory=set)
     waiting: list[tuple[float, bool]] = field(default_factory=list)  # (when, read late)
+    expired_seen: set[int] = field(default_factory=set)  # unknown by the lease at the last read
     reads: int = 0
     late_reads: int = 0
 
@@ -203,10 +210,14 @@ class InFlight:
         if not self.waiting:
             return
         late = any(forced or now - at > PROMPT_READ_S for at, forced in self.waiting)
-        seqs = self.read(late)
-        if seqs is None:
+        rows = self.read()
+        if rows is None:
             return
-        self.seqs |= seqs
+        in_call, expired = rows
+        self.seqs |= in_call
+        if late:
+            self.seqs |= expired - self.expired_seen
+        self.expired_seen = expired
         self.reads += len(self.waiting)
         self.late_reads += len(self.waiting) if late else 0
         self.waiting.clear()
@@ -374,7 +385,7 @@ def run_chaos(
             )
         )
         result["campaign_id"] = campaign_id
-        schedule.in_flight = InFlight(lambda late: rows_in_call(settings, campaign_id, late))
+        schedule.in_flight = InFlight(lambda: rows_in_call(settings, campaign_id))
         pool.start(options.workers)
         began = time.monotonic()
         start = start_campaign(settings, campaign_id)
@@ -459,7 +470,7 @@ def _judge(
 ) -> dict[str, Any]:
     in_flight = schedule.in_flight
     if in_flight is not None:  # the workers' stop is the last fault: read what it left
-        in_flight.after_fault(time.monotonic(), late=True)
+        in_flight.after_fault(time.monotonic())
         if in_flight.waiting:
             raise RuntimeError("PostgreSQL does not answer after the run")
     # Last word: expire leases of rows held by killed workers, finish the campaign.
