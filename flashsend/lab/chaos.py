@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -107,6 +107,16 @@ def thaw(proc: subprocess.Popen[bytes]) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+T = TypeVar("T")
+
+
+def pick_victim(rng: random.Random, alive: list[T], frozen: T | None) -> T:
+    """The worker to kill: any but the frozen one while another is alive. Thawed after its
+    partitions moved, the frozen one is the zombie the fence must stop; killed, it would be
+    one more kill."""
+    return rng.choice([p for p in alive if p is not frozen] or alive)
 
 
 @dataclass
@@ -263,10 +273,7 @@ class Schedule:
         """Apply every fault due at `t` seconds into the run."""
         pool, log = self.pool, self.log
         if busy and t >= self.next_kill and pool.alive():
-            # The frozen worker is spared while another is alive: thawed after its partitions
-            # moved, it is the zombie the fence must stop (killed, it would be one more kill).
-            alive = pool.alive()
-            victim = self.rng.choice([p for p in alive if p is not self.zombie] or alive)
+            victim = pick_victim(self.rng, pool.alive(), self.zombie)
             if victim is self.zombie:
                 self.counters["zombies_killed_frozen"] += 1
             pool.kill(victim, signal.SIGKILL)

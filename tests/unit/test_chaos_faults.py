@@ -3,12 +3,13 @@ thaw is due, because the kill schedule picked it meanwhile. Real processes, no s
 
 from __future__ import annotations
 
+import random
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from flashsend.lab.chaos import PROMPT_READ_S, InFlight, freeze, thaw
+from flashsend.lab.chaos import PROMPT_READ_S, InFlight, freeze, pick_victim, thaw
 from flashsend.lab.workers import WorkerPool
 from flashsend.settings import load_settings
 
@@ -106,3 +107,10 @@ def test_a_read_asked_late_is_late_even_at_once() -> None:
     in_flight.after_fault(10.5, late=True)  # PostgreSQL back: its stop's rows may be settled
     assert in_flight.seqs == {3}
     assert PROMPT_READ_S > 0.5
+
+
+def test_the_kill_schedule_spares_the_frozen_worker_while_another_is_alive() -> None:
+    rng = random.Random(7)
+    assert {pick_victim(rng, ["a", "zombie", "c"], "zombie") for _ in range(200)} == {"a", "c"}
+    assert pick_victim(rng, ["zombie"], "zombie") == "zombie"
+    assert {pick_victim(rng, ["a", "b"], None) for _ in range(200)} == {"a", "b"}
