@@ -114,8 +114,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="S",
         help="run the event loop (a webhook process and a feedback worker: SES's events settle "
         "rows in doubt); after the run, wait for the events of every unknown row the stand-in "
-        "accepted, giving up after S s without progress of the feedback worker (at most 10 x S "
-        "in all); 0 = no event loop (default: %(default)s)",
+        "accepted, giving up after S s without progress (of the feedback worker, or of the "
+        "stand-in's deliveries to the webhook: its backlog drains meanwhile; at most 40 x S in "
+        "all); 0 = no event loop (default: %(default)s)",
     )
     p.add_argument("--json", action="store_true", help="one JSON object on the last line of stdout")
     p.set_defaults(func=cmd_chaos)

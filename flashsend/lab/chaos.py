@@ -8,8 +8,14 @@ and let the SES stand-in accept calls without answering. Then wait for the campa
 
 - duplicates == 0 (counted by the stand-in, per destination);
 - lost == 0 (no recipient left pending/sending);
-- unknown <= unknown_bound = kills x partitions x (lane capacity + one call)
-                              + recipients of hung calls (counted by the stand-in).
+- every row that ended `unknown` when its lease expired (reason `lease_expired`: its worker
+  died or froze in a call) was in a call right after one of the kills or the freeze. Right
+  after each, the run reads the campaign's rows in a call (`sending` with `in_call_at`): the
+  killed worker's are among them, and they stay so until the lease turns them `unknown`. A
+  kill while PostgreSQL is down is read once it answers again, then counting the rows the lease
+  has turned `unknown` meanwhile too. `in_flight_at_kills` is the union of those reads, at most
+  MAX_ENTRIES per lane with a call in flight; `unknown_bound` adds the rows of calls with no
+  answer (their own reason: timeouts, hung calls, dropped connections).
 
 With the event loop (`events_wait_s` > 0: a webhook process and a feedback worker), SES's
 events settle the rows in doubt as in production; after the run every row that is or was
@@ -19,22 +25,23 @@ without the stand-in having accepted it, and accepted_by_ses == sent
 (flashsend/chaos_events.py).
 
 The faults combine freely: restarts run in the background while kills go on, the kill
-schedule may pick the frozen worker, a restart may fail. Whatever happens, the run restarts
-what it stopped, cancels its campaign if unfinished and returns a result (with `error` when
-the run itself failed).
+schedule picks the frozen worker only when no other is alive, a restart may fail. Whatever
+happens, the run restarts what it stopped, cancels its campaign if unfinished and returns a
+result (with `error` when the run itself failed).
 """
 
 from __future__ import annotations
 
 import os
 import random
+import resource
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -58,7 +65,7 @@ from producers.campaign_ops import (
 from producers.reconcile import Reconciler
 from sinks.campaign_store import CampaignStore
 from sinks.ses import SesSender, make_client
-from streams.sender import MAX_ENTRIES, SenderConfig
+from streams.sender import MAX_ENTRIES
 
 DOWN_S = 3.0  # how long the broker or PostgreSQL stays stopped
 ZOMBIE_FROZEN_S = 15.0  # past session.timeout: the frozen worker's partitions are reassigned
@@ -100,6 +107,16 @@ def thaw(proc: subprocess.Popen[bytes]) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+T = TypeVar("T")
+
+
+def pick_victim(rng: random.Random, alive: list[T], frozen: T | None) -> T:
+    """The worker to kill: any but the frozen one while another is alive. Thawed after its
+    partitions moved, the frozen one is the zombie the fence must stop; killed, it would be
+    one more kill."""
+    return rng.choice([p for p in alive if p is not frozen] or alive)
 
 
 @dataclass
@@ -149,6 +166,73 @@ def _progress(settings: Settings, campaign_id: int) -> Any:
         return None
 
 
+# Rows of the campaign in a call (their call started, no outcome recorded yet).
+_IN_CALL = """
+SELECT seq FROM campaign_recipients
+ WHERE campaign_id = %(campaign_id)s AND status = 'sending' AND in_call_at IS NOT NULL
+"""
+# Rows the lease turned unknown after their call had started (expire_leases).
+_LEASE_EXPIRED = """
+SELECT seq FROM campaign_recipients
+ WHERE campaign_id = %(campaign_id)s AND status = 'unknown' AND reason = 'lease_expired'
+"""
+PROMPT_READ_S = 2.0  # a read this soon after a fault needs no help from the lease's record
+
+Rows = tuple[set[int], set[int]]  # (in a call, unknown by the lease)
+
+
+def rows_in_call(settings: Settings, campaign_id: int) -> Rows | None:
+    """The seqs of the campaign's rows in a call, and of those the lease has turned unknown;
+    None while PostgreSQL is down."""
+    try:
+        with psycopg.connect(settings.pg_dsn, autocommit=True, connect_timeout=2) as conn:
+            params = {"campaign_id": campaign_id}
+            in_call = {int(r[0]) for r in conn.execute(_IN_CALL, params)}
+            expired = {int(r[0]) for r in conn.execute(_LEASE_EXPIRED, params)}
+            return in_call, expired
+    except psycopg.OperationalError:
+        return None
+
+
+@dataclass
+class InFlight:
+    """The rows in a call right after each kill, the freeze and the PostgreSQL stop, read as
+    soon as PostgreSQL answers: the only rows those faults can leave in doubt.
+
+    A read made late (PostgreSQL was down) adds the rows the lease turned unknown since the
+    previous read: the lease may have settled a stopped worker's rows before the read, and
+    those rows were in a call when their worker stopped. Rows the lease settled between two
+    prompt reads are never added: they must be in an earlier read."""
+
+    read: Callable[[], Rows | None]
+    seqs: set[int] = field(default_factory=set)
+    waiting: list[tuple[float, bool]] = field(default_factory=list)  # (when, read late)
+    expired_seen: set[int] = field(default_factory=set)  # unknown by the lease at the last read
+    reads: int = 0
+    late_reads: int = 0
+
+    def after_fault(self, now: float, *, late: bool = False) -> None:
+        self.waiting.append((now, late))
+        self.catch_up(now)
+
+    def catch_up(self, now: float) -> None:
+        """Read for every fault not read yet, if PostgreSQL answers."""
+        if not self.waiting:
+            return
+        late = any(forced or now - at > PROMPT_READ_S for at, forced in self.waiting)
+        rows = self.read()
+        if rows is None:
+            return
+        in_call, expired = rows
+        self.seqs |= in_call
+        if late:
+            self.seqs |= expired - self.expired_seen
+        self.expired_seen = expired
+        self.reads += len(self.waiting)
+        self.late_reads += len(self.waiting) if late else 0
+        self.waiting.clear()
+
+
 @dataclass
 class Schedule:
     """The faults of one run and what they did."""
@@ -174,6 +258,7 @@ class Schedule:
     zombie: subprocess.Popen[bytes] | None = None
     zombie_thaw_at: float = 0.0
     pending_restarts: dict[str, float] = field(default_factory=dict)
+    in_flight: InFlight | None = None
 
     def __post_init__(self) -> None:
         o = self.options
@@ -188,10 +273,11 @@ class Schedule:
         """Apply every fault due at `t` seconds into the run."""
         pool, log = self.pool, self.log
         if busy and t >= self.next_kill and pool.alive():
-            victim = self.rng.choice(pool.alive())
+            victim = pick_victim(self.rng, pool.alive(), self.zombie)
             if victim is self.zombie:
                 self.counters["zombies_killed_frozen"] += 1
             pool.kill(victim, signal.SIGKILL)
+            self._stopped_a_worker()
             self.counters["kills"] += 1
             log(f"chaos: t={t:.1f}s SIGKILL worker pid {victim.pid}")
             pool.spawn()
@@ -200,6 +286,8 @@ class Schedule:
             if t >= at:
                 del self.pending_restarts[name]
                 log(f"chaos: t={t:.1f}s restarting {name} (down {DOWN_S:g}s)")
+                if name == "postgres":
+                    self._stopped_a_worker()  # the calls in flight now wait for PostgreSQL
                 self.restarts[name].begin()
         for name, restart in self.restarts.items():
             if restart.error is not None:
@@ -208,10 +296,15 @@ class Schedule:
                 restart.thread = None
                 self.counters[f"{name}_restarts"] += 1
                 log(f"chaos: t={t:.1f}s {name} back")
+                if name == "postgres":
+                    # Calls that entered just before the stop; the lease may turn them
+                    # unknown as soon as reconcile runs again.
+                    self._stopped_a_worker(late=True)
         if self.zombie_at is not None and t >= self.zombie_at and pool.alive():
             self.zombie_at = None
             candidate = self.rng.choice(pool.alive())
             if freeze(candidate):
+                self._stopped_a_worker()
                 self.zombie, self.zombie_thaw_at = candidate, t + ZOMBIE_FROZEN_S
                 self.counters["zombies"] += 1
                 log(f"chaos: t={t:.1f}s SIGSTOP worker pid {candidate.pid} (zombie)")
@@ -222,6 +315,12 @@ class Schedule:
             else:
                 log(f"chaos: t={t:.1f}s zombie pid {zombie.pid} already ended; nothing to thaw")
         self._replace_dead_workers(t)
+        if self.in_flight is not None:
+            self.in_flight.catch_up(time.monotonic())
+
+    def _stopped_a_worker(self, *, late: bool = False) -> None:
+        if self.in_flight is not None:
+            self.in_flight.after_fault(time.monotonic(), late=late)
 
     def _replace_dead_workers(self, t: float) -> None:
         for proc in list(self.pool.procs):
@@ -275,6 +374,7 @@ def run_chaos(
     failure: BaseException | None = None
     faults_before: dict[str, Any] | None = None
     began = time.monotonic()
+    cpu_before = _children_cpu_s()
     try:
         ensure_users(settings, options.users)
         SesSender(make_client(settings, timeout=10)).put_template(
@@ -292,6 +392,7 @@ def run_chaos(
             )
         )
         result["campaign_id"] = campaign_id
+        schedule.in_flight = InFlight(lambda: rows_in_call(settings, campaign_id))
         pool.start(options.workers)
         began = time.monotonic()
         start = start_campaign(settings, campaign_id)
@@ -317,12 +418,25 @@ def run_chaos(
     result.update(schedule.counters)
     result["worker_exits"] = schedule.worker_exits
     result["elapsed_s"] = round(time.monotonic() - began, 1)
+    # Every flashsend process of the run (workers, webhook, feedback worker) has been reaped by
+    # now. The broker, PostgreSQL and the stand-in are not counted: they restart during the run.
+    cpu = _children_cpu_s() - cpu_before
+    result["cpu_s_flashsend"] = round(cpu, 1)
+    result["cpu_us_per_recipient_flashsend"] = (
+        round(cpu / result["recipients"] * 1e6, 1) if result.get("recipients") else None
+    )
     result = finish_run(result, started, failure, log)
     if cleanup_errors:
         result["cleanup_errors"] = cleanup_errors
     if "error" in result:
         result["invariants_ok"] = False
     return result
+
+
+def _children_cpu_s() -> float:
+    """User + system CPU of this process's reaped children (and theirs)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _clean_up(
@@ -350,9 +464,22 @@ def _clean_up(
     return errors
 
 
+# The campaign's unknown rows, by why: the lease (their worker stopped in a call) or the call
+# itself (no answer: timeouts, hung calls, dropped connections, unreadable answers).
+_UNKNOWN_ROWS = """
+SELECT seq, reason = 'lease_expired' FROM campaign_recipients
+ WHERE campaign_id = %s AND status = 'unknown'
+"""
+
+
 def _judge(
     settings: Settings, campaign_id: int, schedule: Schedule, hung_before: int
 ) -> dict[str, Any]:
+    in_flight = schedule.in_flight
+    if in_flight is not None:  # the workers' stop is the last fault: read what it left
+        in_flight.after_fault(time.monotonic())
+        if in_flight.waiting:
+            raise RuntimeError("PostgreSQL does not answer after the run")
     # Last word: expire leases of rows held by killed workers, finish the campaign.
     with Reconciler(settings) as reconciler:
         reconciler.reconcile(campaign_id, lease_s=0.0)
@@ -361,9 +488,15 @@ def _judge(
         raise RuntimeError("PostgreSQL does not answer after the run")
     stats = standin_stats(settings, campaign_id)
     hung = int(stats.get("hung_recipients", 0)) - hung_before
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        unknown = [
+            (int(seq), bool(lease)) for seq, lease in conn.execute(_UNKNOWN_ROWS, (campaign_id,))
+        ]
+    by_lease = {seq for seq, lease in unknown if lease}
+    no_answer = len(unknown) - len(by_lease)
+    seen = in_flight.seqs if in_flight is not None else set()
     counters = schedule.counters
-    per_kill = settings.partitions * (SenderConfig(partitions=1).lane_capacity + MAX_ENTRIES)
-    unknown_bound = (counters["kills"] + counters["zombies"]) * per_kill + hung
+    faults = counters["kills"] + counters["zombies"] + counters["postgres_restarts"] + 1
     lost = int(final["pending"] + final["sending"])
     result = {
         "recipients": final.total,
@@ -377,14 +510,23 @@ def _judge(
         "accepted_by_ses": stats.get("accepted"),
         "duplicates": stats.get("duplicates"),
         "hung_recipients": hung,
-        "unknown_bound": unknown_bound,
+        "in_flight_at_kills": len(seen),
+        "in_flight_reads_late": in_flight.late_reads if in_flight is not None else None,
+        "in_flight_max": faults * settings.partitions * MAX_ENTRIES,
+        "unknown_lease_expired": len(by_lease),
+        "unknown_no_answer": no_answer,
+        "unknown_outside_in_flight": len(by_lease - seen),
+        "unknown_bound": len(seen) + no_answer,
         "unknown_per_kill": round(final["unknown"] / counters["kills"], 1)
         if counters["kills"]
         else None,
         "lost": lost,
     }
     result["invariants_ok"] = (
-        result["duplicates"] == 0 and lost == 0 and final["unknown"] <= unknown_bound
+        result["duplicates"] == 0
+        and lost == 0
+        and result["unknown_outside_in_flight"] == 0
+        and len(seen) <= result["in_flight_max"]
     )
     return result
 
@@ -399,7 +541,9 @@ def _judge_events(
 ) -> dict[str, Any]:
     """The rows in doubt once SES's events are in; `sent`, `failed` and `unknown` become the
     counts after them (`unknown_at_end`: before)."""
-    verdict = judge_in_doubt(settings, campaign_id, loop.events, options.events_wait_s, log)
+    verdict = judge_in_doubt(
+        settings, campaign_id, loop.events, options.events_wait_s, log, loop.delivered
+    )
     final = _progress(settings, campaign_id)
     if final is None:
         raise RuntimeError("PostgreSQL does not answer after the run")
@@ -411,9 +555,11 @@ def _judge_events(
         "failed": final["failed"],
         "unknown": final["unknown"],
         "event_loop_restarts": dict(loop.restarts),
+        "events_emission": loop.emission(),
     }
     out["invariants_ok"] = (
         result["invariants_ok"]
+        and verdict.get("unknown_never_accepted", 0) <= result["unknown_bound"]
         and verdict.get("unknown_accepted_unresolved") == 0
         and verdict.get("resolved_not_accepted") == 0
         and result["accepted_by_ses"] == final["sent"]

@@ -9,8 +9,10 @@ stand-in accepted, and Delivery would double the events without settling anythin
 After the run, each row that is or was `unknown` is looked up at the stand-in (by address,
 then campaign and seq tags): accepted or never seen. The run then waits, bounded, until every
 accepted one is settled, and reports what is left. Their events may queue behind every other
-event of the run, so the bound is on the time without progress of the feedback agent, capped
-at ten times that.
+event of the run: on a loaded machine the stand-in's emitter runs minutes behind the sends, and
+a wait cut short leaves accepted rows unknown that their queued events would settle. So the
+bound is on the time without progress (the feedback agent's offsets, or the stand-in's
+deliveries to the webhook), capped at MAX_WAIT_FACTOR times that.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from producers.resend_unknown import feedback_offsets
 from streams.resolution import EVENT_BEFORE_ANSWER, RESOLVED_BY_EVENT
 
 EVENT_TYPES = ("Send", "Reject")
-MAX_LOOKUPS = 50_000
-MAX_WAIT_FACTOR = 10  # rows looked up at the stand-in; beyond, the figures are left out
+MAX_LOOKUPS = 50_000  # rows looked up at the stand-in; beyond, the figures are left out
+MAX_WAIT_FACTOR = 40  # the wait's cap, in units of the wait without progress
 
 # Rows that are or were unknown: still unknown, or settled from unknown by an event.
 _IN_DOUBT = """
@@ -57,12 +59,14 @@ class EventLoop:
     sub_id: str | None = None
     feedback: WorkerPool | None = None
     restarts: dict[str, int] = field(default_factory=lambda: {"webhook": 0, "feedback": 0})
+    lost_before: dict[str, int] = field(default_factory=dict)  # the stand-in's, at start
 
     @classmethod
     def settings_for(cls, settings: Settings) -> Settings:
         return with_feedback(settings)
 
     def start(self) -> None:
+        self.lost_before = _lost(self.events.subscriptions())
         self.webhook = WebhookProcess.start(self.settings, self.log_dir)
         sub = self.events.subscribe(
             self.webhook.sns_url,
@@ -74,6 +78,25 @@ class EventLoop:
         self.events.wait_confirmed(self.sub_id)
         self.feedback = WorkerPool(self.settings, self.log_dir, role="feedback")
         self.feedback.start(1)
+
+    def delivered(self) -> int:
+        """Notifications the stand-in delivered to the run's webhook (2xx) so far."""
+        sub = self.events.subscription(str(self.sub_id)) if self.sub_id else None
+        return int(sub["delivery"]["delivered"]) if sub else 0
+
+    def emission(self) -> dict[str, Any]:
+        """What became of the events the stand-in owed the run's webhook: delivered, retried,
+        refused (4xx), dropped (retry window over), and the stand-in's events lost since the
+        start to a full buffer (overflow) or dropped for any subscription."""
+        state = self.events.subscriptions()
+        sub = next((s for s in state["subscriptions"] if s["id"] == self.sub_id), None)
+        delivery = dict(sub["delivery"]) if sub else {}
+        lost = _lost(state)
+        return {
+            **{k: delivery.get(k) for k in ("delivered", "retried", "refused", "dropped")},
+            "pending_at_standin": state.get("pending"),
+            **{f"standin_{k}": v - self.lost_before.get(k, 0) for k, v in lost.items()},
+        }
 
     def check(self) -> None:
         """Start again what died (the broker or PostgreSQL went away under it)."""
@@ -103,6 +126,10 @@ class EventLoop:
         self.sub_id = self.feedback = self.webhook = None
         if errors:
             raise errors[0]
+
+
+def _lost(state: dict[str, Any]) -> dict[str, int]:
+    return {k: int(state.get(k) or 0) for k in ("overflow", "dropped")}
 
 
 def _in_doubt(settings: Settings, campaign_id: int) -> list[tuple[int, str, str, str | None]]:
@@ -136,24 +163,26 @@ def judge_in_doubt(
     events: SesEventsAdmin,
     wait_s: float,
     log: Callable[[str], None],
+    delivered: Callable[[], int] = lambda: 0,
 ) -> dict[str, Any]:
     """Look each row that is or was unknown up at the stand-in, wait for the events of the
     accepted ones to settle them, and count what is left. The wait ends when none is left, or
-    after `wait_s` without progress of the feedback agent (its stored offsets), or at
-    MAX_WAIT_FACTOR x `wait_s`: the events queue behind every other event of the run."""
+    after `wait_s` without progress (the feedback agent's stored offsets, or `delivered`: the
+    stand-in's deliveries to the webhook), or at MAX_WAIT_FACTOR x `wait_s`: the events queue
+    behind every other event of the run."""
     doubt = _in_doubt(settings, campaign_id)
     if len(doubt) > MAX_LOOKUPS:
         return {"unknown_lookup_skipped": len(doubt)}
     accepted = accepted_at_ses(events, campaign_id, [(s, e) for s, e, _st, _r in doubt])
     began = last_progress = time.monotonic()
-    position = -1
+    position: tuple[int, int] = (-1, -1)
     while True:
         doubt = _in_doubt(settings, campaign_id)
         waiting = {s for s, _e, st, _r in doubt if st == "unknown"} & accepted
         now = time.monotonic()
         if not waiting or now - last_progress >= wait_s or now - began >= MAX_WAIT_FACTOR * wait_s:
             break
-        moved = sum(feedback_offsets(settings).values())
+        moved = (sum(feedback_offsets(settings).values()), delivered())
         if moved != position:
             position, last_progress = moved, now
         time.sleep(0.5)

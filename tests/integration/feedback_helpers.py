@@ -1,4 +1,5 @@
-"""Helpers for the deliverability tests: the webhook in a thread, plain HTTP, topic reads."""
+"""Helpers for the deliverability tests: the webhook in a thread, plain HTTP, topic reads,
+Delivery events of a campaign produced to mail.events and counted once applied."""
 
 from __future__ import annotations
 
@@ -10,12 +11,16 @@ import urllib.request
 import uuid
 from typing import Any
 
-from confluent_kafka import Consumer, Message
+import psycopg
+from confluent_kafka import Consumer, Message, Producer
 
 from flashsend.lab.feedback_run import end_offsets
 from flashsend.settings import Settings
+from producers.ses_events import event_id
 from producers.webhook import WebhookRuntime, serve
 from schemas.serde import AvroCodec, registry_client
+from streams.feedback_ingest import SCHEMA_HEADER
+from tests.integration.campaign_helpers import Consumed
 
 
 class WebhookThread:
@@ -135,3 +140,78 @@ def header(msg: Message, name: str) -> str | None:
 
 def codec(settings: Settings, name: str) -> AvroCodec:
     return AvroCodec(registry_client(settings.schema_registry_url), name)
+
+
+def done_campaign(settings: Settings) -> int:
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO campaigns (name, template, from_address, audience_condition, status) "
+            "VALUES ('t', 't', 'a@b.test', 'true', 'done') RETURNING id"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def deliveries(
+    settings: Settings, campaign_id: int, count: int, first_offset: int
+) -> list[Consumed]:
+    """`count` Delivery events of the campaign on partition 0, from `first_offset` on."""
+    ses = codec(settings, "ses_event")
+    records = []
+    for i in range(count):
+        to = f"d-{uuid.uuid4().hex[:12]}@x.test"
+        message_id = f"ses-{uuid.uuid4()}"
+        value = ses.encode(
+            {
+                "event_id": event_id(message_id, "Delivery", to),
+                "event_type": "Delivery",
+                "version": 1,
+                "occurred_at": 0,
+                "recipient": to,
+                "ses_message_id": message_id,
+                "sns_message_id": str(uuid.uuid4()),
+                "campaign_id": campaign_id,
+                "seq": None,
+                "configuration_set": "marketing",
+                "tags": {},
+                "bounce_type": None,
+                "bounce_sub_type": None,
+                "complaint_type": None,
+                "detail": None,
+                "source": "event_publishing",
+                "received_at": 0,
+            }
+        )
+        records.append(
+            Consumed(
+                settings.topic_mail_events,
+                0,
+                first_offset + i,
+                to.encode(),
+                value,
+                ((SCHEMA_HEADER, b"ses_event"),),
+            )
+        )
+    return records
+
+
+def delivered(settings: Settings, campaign_id: int) -> int:
+    with psycopg.connect(settings.pg_dsn) as conn:
+        row = conn.execute(
+            "SELECT coalesce(sum(delivered), 0) FROM campaign_feedback WHERE campaign_id = %s",
+            (campaign_id,),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def produce_events(settings: Settings, records: list[Consumed]) -> None:
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "acks": "all"})
+    for r in records:
+        producer.produce(
+            settings.topic_mail_events,
+            key=r.key,
+            value=r.value,
+            partition=0,
+            headers=list(r.headers),
+        )
+    assert producer.flush(30) == 0

@@ -5,12 +5,9 @@ real `flashsend worker --role feedback` on the real broker."""
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
-import psycopg
 import pytest
-from confluent_kafka import Producer
 from psycopg_pool import AsyncConnectionPool
 
 from flashsend import deliverability
@@ -18,65 +15,17 @@ from flashsend.lab.mail_bench import spawn_worker
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
 from producers.mail_topics import ensure_mail_topics
-from producers.ses_events import event_id
 from sinks.feedback_store import FeedbackStore
-from streams.feedback_ingest import SCHEMA_HEADER, FeedbackIngest
-from tests.integration.feedback_helpers import codec
-from tests.integration.fence_helpers import Consumed, recreate_topic, stored_offsets, take
+from streams.feedback_ingest import FeedbackIngest
+from tests.integration.feedback_helpers import (
+    codec,
+    delivered,
+    deliveries,
+    done_campaign,
+    produce_events,
+)
+from tests.integration.fence_helpers import recreate_topic, stored_offsets, take
 from tests.integration.mail_fixtures import open_pool, run, stop_process, wait_for
-
-
-def _campaign(settings: Settings) -> int:
-    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "INSERT INTO campaigns (name, template, from_address, audience_condition, status) "
-            "VALUES ('t', 't', 'a@b.test', 'true', 'done') RETURNING id"
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-def _deliveries(
-    settings: Settings, campaign_id: int, count: int, first_offset: int
-) -> list[Consumed]:
-    """`count` Delivery events of the campaign on partition 0, from `first_offset` on."""
-    ses = codec(settings, "ses_event")
-    records = []
-    for i in range(count):
-        to = f"d-{uuid.uuid4().hex[:12]}@x.test"
-        message_id = f"ses-{uuid.uuid4()}"
-        value = ses.encode(
-            {
-                "event_id": event_id(message_id, "Delivery", to),
-                "event_type": "Delivery",
-                "version": 1,
-                "occurred_at": 0,
-                "recipient": to,
-                "ses_message_id": message_id,
-                "sns_message_id": str(uuid.uuid4()),
-                "campaign_id": campaign_id,
-                "seq": None,
-                "configuration_set": "marketing",
-                "tags": {},
-                "bounce_type": None,
-                "bounce_sub_type": None,
-                "complaint_type": None,
-                "detail": None,
-                "source": "event_publishing",
-                "received_at": 0,
-            }
-        )
-        records.append(
-            Consumed(
-                settings.topic_mail_events,
-                0,
-                first_offset + i,
-                to.encode(),
-                value,
-                ((SCHEMA_HEADER, b"ses_event"),),
-            )
-        )
-    return records
 
 
 def _ingest(settings: Settings, pool: AsyncConnectionPool) -> FeedbackIngest:
@@ -94,15 +43,6 @@ def _ingest(settings: Settings, pool: AsyncConnectionPool) -> FeedbackIngest:
     )
 
 
-def _delivered(settings: Settings, campaign_id: int) -> int:
-    with psycopg.connect(settings.pg_dsn) as conn:
-        row = conn.execute(
-            "SELECT coalesce(sum(delivered), 0) FROM campaign_feedback WHERE campaign_id = %s",
-            (campaign_id,),
-        ).fetchone()
-    return int(row[0]) if row else 0
-
-
 def _offset(settings: Settings) -> int:
     group = deliverability.feedback_app_id(settings)
     return stored_offsets(settings, group, settings.topic_mail_events).get(0, 0)
@@ -114,8 +54,8 @@ def test_a_batch_overlapping_the_stored_offset_applies_every_record_past_it(
     """The old owner applied offsets 100-149; the new owner is handed 100-130 and 131-199.
     Records below 150 are skipped one by one, 150-199 are counted. The old fence dropped
     both batches whole: 50 deliveries (bounces, complaints alike) were lost for good."""
-    cid = _campaign(settings)
-    records = _deliveries(settings, cid, 100, first_offset=100)
+    cid = done_campaign(settings)
+    records = deliveries(settings, cid, 100, first_offset=100)
 
     async def scenario() -> tuple[int, int]:
         pool = await open_pool(settings)
@@ -131,7 +71,7 @@ def test_a_batch_overlapping_the_stored_offset_applies_every_record_past_it(
             await pool.close()
 
     applied, fenced = run(scenario())
-    assert _delivered(settings, cid) == 100
+    assert delivered(settings, cid) == 100
     assert (applied, fenced) == (50, 50)
     assert _offset(settings) == 200
 
@@ -141,8 +81,8 @@ def test_a_zombie_applies_nothing_and_leaves_the_offset(settings: Settings, wher
     """Worker Z lost partition 0 to worker O (a newer epoch) without knowing yet. Ahead of O,
     or behind then ahead of it, Z counts nothing and does not move the offset; O then applies
     every event. The old fence let Z apply (and advance past) what O had not reached."""
-    cid = _campaign(settings)
-    records = _deliveries(settings, cid, 150, first_offset=0)
+    cid = done_campaign(settings)
+    records = deliveries(settings, cid, 150, first_offset=0)
 
     async def scenario() -> tuple[int, int, int, int]:
         pool = await open_pool(settings)
@@ -170,20 +110,7 @@ def test_a_zombie_applies_nothing_and_leaves_the_offset(settings: Settings, wher
     assert zombie_applied == 0
     assert after == before
     assert overtaken >= 1
-    assert _delivered(settings, cid) == 150
-
-
-def _produce(settings: Settings, records: list[Consumed]) -> None:
-    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "acks": "all"})
-    for r in records:
-        producer.produce(
-            settings.topic_mail_events,
-            key=r.key,
-            value=r.value,
-            partition=0,
-            headers=list(r.headers),
-        )
-    assert producer.flush(30) == 0
+    assert delivered(settings, cid) == 150
 
 
 def test_a_recreated_topic_is_consumed_from_its_start(settings: Settings, tmp_path: Path) -> None:
@@ -191,11 +118,11 @@ def test_a_recreated_topic_is_consumed_from_its_start(settings: Settings, tmp_pa
     start at 0 again) and 10 new events arrive. The next worker sees the new topic id, logs it
     and starts at the log start: all 10 are counted. The old fence skipped them for good."""
     ensure_mail_topics(settings)
-    cid = _campaign(settings)
-    _produce(settings, _deliveries(settings, cid, 30, first_offset=0))
+    cid = done_campaign(settings)
+    produce_events(settings, deliveries(settings, cid, 30, first_offset=0))
     worker = spawn_worker(settings, "feedback", tmp_path)
     try:
-        wait_for("first events applied", lambda: _delivered(settings, cid) == 30, 60)
+        wait_for("first events applied", lambda: delivered(settings, cid) == 30, 60)
         wait_for("offset stored", lambda: _offset(settings) == 30, 30)
     finally:
         stop_process(worker)
@@ -205,10 +132,10 @@ def test_a_recreated_topic_is_consumed_from_its_start(settings: Settings, tmp_pa
         settings.order_events_partitions,
         lambda: ensure_mail_topics(settings),
     )
-    _produce(settings, _deliveries(settings, cid, 10, first_offset=0))
+    produce_events(settings, deliveries(settings, cid, 10, first_offset=0))
     worker = spawn_worker(settings, "feedback", tmp_path)
     try:
-        wait_for("events of the new topic applied", lambda: _delivered(settings, cid) == 40, 60)
+        wait_for("events of the new topic applied", lambda: delivered(settings, cid) == 40, 60)
     finally:
         stop_process(worker)
     log = (tmp_path / "feedback-worker.log").read_text(errors="replace")

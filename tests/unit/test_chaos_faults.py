@@ -3,12 +3,13 @@ thaw is due, because the kill schedule picked it meanwhile. Real processes, no s
 
 from __future__ import annotations
 
+import random
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from flashsend.lab.chaos import freeze, thaw
+from flashsend.lab.chaos import PROMPT_READ_S, InFlight, freeze, pick_victim, thaw
 from flashsend.lab.workers import WorkerPool
 from flashsend.settings import load_settings
 
@@ -57,3 +58,59 @@ def test_a_worker_log_says_why_it_exited(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+class _Reads:
+    """What PostgreSQL would answer: (rows in a call, rows unknown by the lease); None: down."""
+
+    def __init__(self, *answers: tuple[set[int], set[int]] | None) -> None:
+        self.answers = list(answers)
+
+    def __call__(self) -> tuple[set[int], set[int]] | None:
+        return self.answers.pop(0)
+
+
+def test_the_rows_in_a_call_are_read_right_after_each_kill() -> None:
+    in_flight = InFlight(_Reads(({1, 2}, set()), ({2, 3}, {1})))
+    in_flight.after_fault(10.0)
+    in_flight.after_fault(15.0)  # row 1 turned unknown by its lease: it was read at 10.0
+    assert in_flight.seqs == {1, 2, 3}
+    assert (in_flight.reads, in_flight.late_reads) == (2, 0)
+
+
+def test_a_prompt_read_never_takes_the_rows_the_lease_settled_meanwhile() -> None:
+    """Row 9 turned unknown between two prompt reads without ever being read in a call: no
+    fault explains it, so the bound must not cover it."""
+    in_flight = InFlight(_Reads(({1}, set()), ({2}, {9})))
+    in_flight.after_fault(10.0)
+    in_flight.after_fault(15.0)
+    assert 9 not in in_flight.seqs
+
+
+def test_a_kill_while_postgres_is_down_is_read_late_with_the_rows_the_lease_settled() -> None:
+    # Read before the outage: row 4 is unknown by its lease already (an earlier kill's).
+    in_flight = InFlight(_Reads(({1}, {4}), None, None, ({8}, {4, 7})))
+    in_flight.after_fault(5.0)
+    in_flight.after_fault(10.0)  # PostgreSQL down: nothing read yet
+    in_flight.catch_up(11.0)
+    assert in_flight.waiting and in_flight.seqs == {1}
+    in_flight.catch_up(14.0)  # back, more than PROMPT_READ_S after the kill
+    # Row 7 was settled by the lease while nobody could read; row 4 was not (read before).
+    assert in_flight.seqs == {1, 7, 8}
+    assert (in_flight.reads, in_flight.late_reads) == (2, 1)
+    in_flight.catch_up(20.0)  # nothing waiting: no read (the reads would run out)
+
+
+def test_a_read_asked_late_is_late_even_at_once() -> None:
+    in_flight = InFlight(_Reads((set(), set()), (set(), {3})))
+    in_flight.after_fault(10.0)
+    in_flight.after_fault(10.5, late=True)  # PostgreSQL back: its stop's rows may be settled
+    assert in_flight.seqs == {3}
+    assert PROMPT_READ_S > 0.5
+
+
+def test_the_kill_schedule_spares_the_frozen_worker_while_another_is_alive() -> None:
+    rng = random.Random(7)
+    assert {pick_victim(rng, ["a", "zombie", "c"], "zombie") for _ in range(200)} == {"a", "c"}
+    assert pick_victim(rng, ["zombie"], "zombie") == "zombie"
+    assert {pick_victim(rng, ["a", "b"], None) for _ in range(200)} == {"a", "b"}
