@@ -43,7 +43,7 @@ from schemas.doorbell import doorbell_seqs
 from schemas.serde import AvroCodec, SerdeError, registry_client
 from sinks.pg_arrays import int_array
 from sinks.queries import query
-from streams.mail_logic import CancelMail, CreateMail, Ignore, parse_order_event
+from streams.mail_logic import CancelMail, CreateMail, StaleEvent, parse_order_event
 from streams.replay_plan import (
     PartitionPlan,
     Refusal,
@@ -283,7 +283,7 @@ def _mail_counts(
             events.append(("create", parsed.event_id, parsed.dedupe_key))
         elif isinstance(parsed, CancelMail):
             events.append(("cancel", parsed.event_id, None))
-        elif isinstance(parsed, Ignore):
+        elif isinstance(parsed, StaleEvent):
             events.append(("ignored", None, None))
         else:
             events.append(("dead", None, None))

@@ -49,6 +49,32 @@ ON CONFLICT (dedupe_key) DO UPDATE
 RETURNING new.id, new.dedupe_key, new.ref, new.status, old.status AS old_status,
           (old.id IS NULL) AS tombstone, new.attempts, new.provider_id;
 
+-- name: record_stale_event
+-- A confirmation too old to act on (mail_logic.StaleEvent), in the ingest transaction. ON
+-- CONFLICT DO NOTHING on the event id: a redelivery records nothing twice, and two workers
+-- inserting the same event serialise on the primary key.
+INSERT INTO mail_stale_events (event_id, dedupe_key, ref, event_type, occurred_at, age_s)
+VALUES (%(event_id)s, %(dedupe_key)s, %(ref)s, %(event_type)s, %(occurred_at)s, %(age_s)s)
+ON CONFLICT (event_id) DO NOTHING
+RETURNING event_id;
+
+-- name: stale_events_by_key
+-- Read-only (support): the stale events recorded for one dedupe key, newest first.
+SELECT event_id, event_type, occurred_at, age_s, recorded_at
+  FROM mail_stale_events WHERE dedupe_key = %(dedupe_key)s
+ ORDER BY recorded_at DESC LIMIT 20;
+
+-- name: mail_overview
+-- Read-only (operators): mail rows by status, and the stale events recorded in the last day
+-- and in all (within the retention). A count over `mail` is a sequential scan; it is an
+-- operator's command, not a hot path.
+SELECT (SELECT coalesce(jsonb_object_agg(status, n), '{}'::jsonb)
+          FROM (SELECT status, count(*) AS n FROM mail GROUP BY status) AS s) AS by_status,
+       (SELECT count(*) FROM mail_stale_events
+         WHERE recorded_at > now() - interval '1 day') AS stale_last_day,
+       (SELECT count(*) FROM mail_stale_events) AS stale_total,
+       (SELECT max(recorded_at) FROM mail_stale_events) AS last_stale_at;
+
 -- name: claim_due_mail
 -- Due rows (send_after passed), not cancel-requested, plus rows whose lease expired for
 -- at-least-once templates (the worker died mid-call; at-most-once rows go to `unknown` in
@@ -209,3 +235,11 @@ DELETE FROM mail_outbox
                  AND (published_at IS NOT NULL OR dead_at IS NOT NULL)
                ORDER BY id
                LIMIT %(limit)s);
+
+-- name: purge_mail_stale_events
+-- Same horizon as the mail rows; a batch at a time.
+DELETE FROM mail_stale_events
+ WHERE event_id IN (SELECT event_id FROM mail_stale_events
+                     WHERE recorded_at < %(horizon)s
+                     ORDER BY recorded_at
+                     LIMIT %(limit)s);
