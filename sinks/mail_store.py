@@ -66,7 +66,8 @@ class Transition:
 @dataclass(frozen=True)
 class Claim:
     """One claim: the rows to send now, and the rows it ended because their address is
-    suppressed (status failed/unknown, last_error 'suppressed:<reason>', EmailFailed written)."""
+    suppressed (status suppressed/unknown, last_error 'suppressed:<reason>', EmailFailed
+    written)."""
 
     mails: list[ClaimedMail]
     suppressed: list[tuple[Transition, str]]  # (the ended row, the suppression reason)
@@ -170,9 +171,17 @@ def cancel_outcome(
 
 class MailStore:
     def __init__(
-        self, pool: AsyncConnectionPool, *, group_id: str, topic: str, lifecycle_topic: str
+        self,
+        pool: AsyncConnectionPool,
+        *,
+        group_id: str,
+        topic: str,
+        lifecycle_topic: str,
+        suppression_exempt: Sequence[str] = (),
     ) -> None:
         self._pool = pool
+        # Templates a bounce or complaint suppression does not block (legally required mail).
+        self.suppression_exempt = list(suppression_exempt)
         self.group_id = group_id
         self.topic = topic
         self.lifecycle_topic = lifecycle_topic
@@ -224,7 +233,8 @@ class MailStore:
         try:
             async with self._pool.connection() as conn, conn.transaction():
                 cur = await conn.execute(
-                    query("claim_due_mail"), {"limit": limit, "lease_s": lease_s}
+                    query("claim_due_mail"),
+                    {"limit": limit, "lease_s": lease_s, "exempt": self.suppression_exempt},
                 )
                 mails: list[ClaimedMail] = []
                 ended: list[tuple[Transition, str]] = []

@@ -274,6 +274,7 @@ def lifecycle_events(status: str, cancel_requested: bool) -> list[str]:
         "sent": ["EmailSent"],
         "failed": ["EmailFailed"],
         "unknown": ["EmailFailed"],  # mail_status 'unknown' tells it apart
+        "suppressed": ["EmailFailed"],  # mail_status 'suppressed', reason suppressed:<why>
         "cancelled": ["EmailCancelled"],
     }.get(status, [])
     if cancel_requested and status in ("sent", "unknown"):

@@ -87,15 +87,19 @@ SELECT (SELECT coalesce(jsonb_object_agg(status, n), '{}'::jsonb)
 -- reasons that say "this mailbox must not get mail at all" block transactional mail: a hard
 -- bounce, a complaint, or an operator's manual block. A marketing-only reason such as
 -- 'unsubscribe' does not (an order confirmation still goes to someone who opted out of
--- newsletters). A blocked row ends in this same statement, with no SES call and no new token:
--- `failed` with last_error 'suppressed:<reason>' when nothing can have gone out; `unknown` when
--- an earlier attempt may have delivered it (an expired lease, or a retry after no answer), the
--- same rule as everywhere else. The caller writes its EmailFailed in the same transaction.
+-- newsletters). Templates in %(exempt)s (legally required mail) are not blocked by a bounce
+-- or a complaint, only by a manual block. A blocked row ends in this same statement, with no
+-- SES call and no new token: `suppressed` with last_error 'suppressed:<reason>' when nothing
+-- can have gone out; `unknown` when an earlier attempt may have delivered it (an expired lease,
+-- or a retry after no answer), the same rule as everywhere else. The caller writes its
+-- EmailFailed in the same transaction.
 WITH due AS (
     SELECT id,
            (SELECT s.reason FROM email_suppressions s
              WHERE s.email = lower(btrim(mail.to_email))
-               AND s.reason IN ('bounce', 'complaint', 'manual')) AS suppressed
+               AND (s.reason = 'manual'
+                    OR (s.reason IN ('bounce', 'complaint')
+                        AND NOT mail.template = ANY(%(exempt)s::text[])))) AS suppressed
       FROM mail
      WHERE ((status = 'pending' AND send_after <= now())
             OR (status = 'sending' AND locked_until < now() AND delivery = 'at_least_once'))
@@ -108,7 +112,7 @@ UPDATE mail m
    SET status = CASE WHEN due.suppressed IS NULL THEN 'sending'
                      WHEN m.status = 'sending' OR starts_with(m.last_error, 'no_answer:')
                           THEN 'unknown'
-                     ELSE 'failed' END,
+                     ELSE 'suppressed' END,
        attempts = m.attempts + CASE WHEN due.suppressed IS NULL THEN 1 ELSE 0 END,
        claimed_at = now(), updated_at = now(),
        locked_until = CASE WHEN due.suppressed IS NULL
@@ -120,6 +124,17 @@ UPDATE mail m
 RETURNING m.id, m.dedupe_key, m.ref, m.event_id, m.attempts, m.send_errors, m.to_email,
           m.template, m.data, m.delivery, m.created_at, m.occurred_at,
           due.suppressed, m.status, m.cancel_requested, m.provider_id;
+
+-- name: mark_mail_invalid_address
+-- The claimed row's address cannot be sent to (streams.addresses.is_valid_email): it ends
+-- `failed` with last_error 'invalid_address:<why>' and no SES call. Fenced by the token like
+-- every outcome; a cancel that arrived meanwhile makes it `cancelled` (nothing went out).
+UPDATE mail
+   SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'failed' END,
+       cancelled_at = CASE WHEN cancel_requested THEN now() ELSE cancelled_at END,
+       last_error = %(error)s, locked_until = NULL, updated_at = now()
+ WHERE id = %(id)s AND attempts = %(token)s AND status = 'sending'
+RETURNING id, dedupe_key, ref, status, cancel_requested, attempts, provider_id;
 
 -- name: mark_mail_sent
 -- Only the holder of the current token may record the outcome. A late answer for the same
@@ -224,7 +239,7 @@ RETURNING id, dedupe_key;
 DELETE FROM mail
  WHERE id IN (SELECT id FROM mail
                WHERE created_at < %(horizon)s
-                 AND status IN ('sent', 'failed', 'unknown', 'cancelled')
+                 AND status IN ('sent', 'failed', 'unknown', 'cancelled', 'suppressed')
                ORDER BY created_at
                LIMIT %(limit)s);
 

@@ -14,3 +14,11 @@ CREATE TABLE mail_stale_events (
 );
 CREATE INDEX mail_stale_events_key ON mail_stale_events (dedupe_key);
 CREATE INDEX mail_stale_events_recorded ON mail_stale_events (recorded_at);
+
+-- A transactional mail to a suppressed address (hard bounce, complaint, manual block) ends
+-- `suppressed`, apart from `failed` (SES refused it or the retries ran out), so the outcome
+-- says what happened. Re-creating the CHECK scans `mail` under the migration's lock once.
+ALTER TABLE mail DROP CONSTRAINT mail_status_check;
+ALTER TABLE mail ADD CONSTRAINT mail_status_check
+    CHECK (status IN ('pending', 'sending', 'sent', 'failed', 'unknown', 'cancelled',
+                      'suppressed'));
