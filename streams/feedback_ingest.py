@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -66,13 +65,13 @@ EFFECTS: dict[str, Callable[[Any], FeedbackEffect]] = {
 
 
 def parse_feedback_record(
-    schema: str, codec: AvroCodec, rec: Record, now_ms: int
+    schema: str, codec: AvroCodec, rec: Record
 ) -> FeedbackEffect | DeadLetter:
     """The effect of one of our records (`schema` in EFFECTS), or its dead letter. Never
     raises (its writer schema must be cached: `wait_for_writer_schemas`)."""
     try:
         record = codec.decode(rec.value)
-        problem = record_problem(schema, record, now_ms)
+        problem = record_problem(schema, record)
         if problem is None:
             return EFFECTS[schema](record)
         reason, detail = problem
@@ -104,7 +103,7 @@ class FeedbackIngest:
         self.rng = rng or random.Random()
         self.stats: Counter[str] = Counter()
 
-    def parse(self, rec: Record, now_ms: int | None = None) -> FeedbackEffect | DeadLetter | None:
+    def parse(self, rec: Record) -> FeedbackEffect | DeadLetter | None:
         """The record's effect; a DeadLetter for our own unreadable ones; None: not ours."""
         schema = header(rec, SCHEMA_HEADER)
         decoder = self.decoders.get(schema or "")
@@ -112,9 +111,7 @@ class FeedbackIngest:
             self.stats[f"skipped:{schema or 'no_header'}"] += 1
             return None
         codec, _ = decoder
-        return parse_feedback_record(
-            schema, codec, rec, int(time.time() * 1000) if now_ms is None else now_ms
-        )
+        return parse_feedback_record(schema, codec, rec)
 
     async def handle(self, records: Sequence[Record]) -> ApplyOutcome | None:
         """Process one consumed batch; returns only once its effects are committed."""
@@ -126,7 +123,6 @@ class FeedbackIngest:
             cap_s=self.retry_cap_s,
             rng=self.rng,
         )
-        now_ms = int(time.time() * 1000)
         spans: dict[int, PartitionSpan] = {}
         effects: dict[int, list[tuple[int, FeedbackEffect]]] = {}
         dead: list[DeadLetter] = []
@@ -137,7 +133,7 @@ class FeedbackIngest:
                 rec.offset if span is None else min(span.first_offset, rec.offset),
                 rec.offset if span is None else max(span.last_offset, rec.offset),
             )
-            parsed = self.parse(rec, now_ms)
+            parsed = self.parse(rec)
             if isinstance(parsed, DeadLetter):
                 log.warning(
                     "poison feedback record to DLQ: partition=%s offset=%s reason=%s %s",

@@ -57,6 +57,16 @@ def epoch_ms_problem(
     return None
 
 
+def storable_ms_problem(value: Any) -> str | None:
+    """Epoch milliseconds a timestamp column and datetime can hold (1970 to 9999): for times
+    that are information, not decisions (an SES event's own time)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"not an integer: {type(value).__name__}"
+    if not 0 <= value <= MAX_EPOCH_MS:
+        return f"{value} ms is outside 1970..9999 (microseconds sent as milliseconds?)"
+    return None
+
+
 def key_problem(value: Any, max_chars: int = MAX_KEY_CHARS) -> str | None:
     """Text used as a key (a UNIQUE column, an index): present and short enough."""
     if not isinstance(value, str) or not value:

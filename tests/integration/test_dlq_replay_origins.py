@@ -121,7 +121,7 @@ def test_sns_letters_are_reingested_onto_mail_events_as_the_webhook_would(
         headers = dict(msg.headers() or [])
         assert headers["flashsend.schema"] == b"ses_event"
         assert headers["flashsend.replayed_from"] == f"{s.topic_dlq}@0:0".encode()
-        effect = parse_feedback_record("ses_event", codec, _Consumed(msg), int(time.time() * 1000))
+        effect = parse_feedback_record("ses_event", codec, _Consumed(msg))
         assert not isinstance(effect, DeadLetter), effect
         assert effect.suppress_reason == "bounce" and effect.campaign_id == 42
         assert msg.key() == effect.email.encode()
