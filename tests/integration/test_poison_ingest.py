@@ -8,6 +8,7 @@ batch's last record: nothing is retried forever, nothing crashes.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import psycopg
@@ -15,10 +16,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from flashsend import deliverability
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
 from producers.dlq_replay import read_letters
+from producers.ses_events import event_id
 from producers.topics import ensure_topics
+from schemas.serde import AvroCodec, registry_client
+from sinks.feedback_store import FeedbackStore
+from streams.feedback_ingest import SCHEMA_HEADER, FeedbackIngest
 from streams.mail_ingest import MailIngest
 from tests.conftest import LocalStack
 from tests.integration.fence_helpers import Consumed, stored_offsets, take
@@ -140,3 +146,78 @@ def test_generated_batches_never_stop_the_partition(ms: Settings, data: st.DataO
 
     asyncio.run(scenario())
     assert _offset(ms) == start + len(batch)
+
+
+def test_a_feedback_record_postgresql_refuses_is_dead_lettered_and_the_rest_applied(
+    settings: Settings,
+) -> None:
+    """The feedback agent's ingest, same rule: three permanent bounces in one batch, the
+    middle one's suppression refused by PostgreSQL (a CHECK added in this test's database):
+    the other two addresses are suppressed, the refused record is dead-lettered as
+    rejected_by_database, and the offset moves past all three. Naive version: retried
+    forever, no bounce of the batch ever suppressed."""
+    s = settings
+    ensure_topics(s.kafka_bootstrap, {s.topic_mail_events: 1, s.topic_dlq: 1})
+    refused = f"refused-{uuid.uuid4().hex[:6]}@x.test"
+    addresses = [f"b-{uuid.uuid4().hex[:8]}@x.test", refused, f"b-{uuid.uuid4().hex[:8]}@x.test"]
+    with psycopg.connect(s.pg_dsn) as conn:
+        conn.execute(
+            f"ALTER TABLE email_suppressions ADD CONSTRAINT t_refuse CHECK (email <> '{refused}')"
+        )
+    ses = AvroCodec(registry_client(s.schema_registry_url), "ses_event")
+    unsubscribed = AvroCodec(registry_client(s.schema_registry_url), "unsubscribed")
+    batch = []
+    for i, to in enumerate(addresses):
+        message_id = f"ses-{uuid.uuid4()}"
+        record = {
+            "event_id": event_id(message_id, "Bounce", to),
+            "event_type": "Bounce",
+            "version": 1,
+            "occurred_at": int(time.time() * 1000),
+            "recipient": to,
+            "ses_message_id": message_id,
+            "sns_message_id": str(uuid.uuid4()),
+            "bounce_type": "Permanent",
+            "source": "event_publishing",
+            "received_at": int(time.time() * 1000),
+        }
+        batch.append(
+            Consumed(
+                s.topic_mail_events,
+                0,
+                i,
+                to.encode(),
+                ses.encode(record),
+                ((SCHEMA_HEADER, b"ses_event"),),
+            )
+        )
+
+    async def scenario() -> FeedbackIngest:
+        pool = await open_pool(s)
+        try:
+            ingest = FeedbackIngest(
+                store=FeedbackStore(
+                    pool,
+                    group_id=deliverability.feedback_app_id(s),
+                    topic=s.topic_mail_events,
+                    thresholds=deliverability.thresholds(s),
+                ),
+                ses_codec=ses,
+                unsubscribed_codec=unsubscribed,
+                dlq=DeadLetterProducer(s.kafka_bootstrap, s.topic_dlq),
+                retry_cap_s=0.2,
+            )
+            await take(ingest.store, [0])
+            await asyncio.wait_for(ingest.handle(batch), 30)
+            return ingest
+        finally:
+            await pool.close()
+
+    ingest = asyncio.run(scenario())
+    with psycopg.connect(s.pg_dsn) as conn:
+        suppressed = {r[0] for r in conn.execute("SELECT email FROM email_suppressions")}
+    assert suppressed == {addresses[0], addresses[2]}
+    assert (ingest.stats["dead"], ingest.stats["one_by_one"]) == (1, 1)
+    group = deliverability.feedback_app_id(s)
+    assert stored_offsets(s, group, s.topic_mail_events).get(0) == 3
+    assert [x.reason for x in read_letters(s)] == ["rejected_by_database"]
