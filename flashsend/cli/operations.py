@@ -164,7 +164,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _decode(settings: Settings, letter: Any) -> dict[str, Any] | str:
     from producers.replay import bindings
-    from schemas.serde import AvroCodec, SerdeError, registry_client
+    from schemas.serde import AvroCodec, RegistryUnavailable, SerdeError, registry_client
 
     if letter.from_sns:  # the SNS webhook's: the raw SES notification
         try:
@@ -178,6 +178,8 @@ def _decode(settings: Settings, letter: Any) -> dict[str, Any] | str:
         return AvroCodec(registry_client(settings.schema_registry_url), schema).decode(letter.value)
     except SerdeError as exc:
         return f"(not decodable: {exc})"
+    except RegistryUnavailable as exc:
+        return f"(schema registry unavailable, try again: {exc})"
 
 
 def cmd_dlq_show(args: argparse.Namespace) -> int:
