@@ -61,6 +61,12 @@ DEAD_LETTERS = Counter(
     registry=REGISTRY,
 )
 MAIL = Counter("flashsend_mail", "transactional mail transitions", ["status"], registry=REGISTRY)
+MAIL_STALE = Counter(
+    "flashsend_mail_stale_events",
+    "order events older than mail_event_max_age_s: recorded, no mail created",
+    ["event_type"],
+    registry=REGISTRY,
+)
 SUPPRESSIONS = Counter(
     "flashsend_suppression_inserts",
     "addresses added to email_suppressions",
@@ -123,6 +129,10 @@ def count_dead_letters(topic: str, reasons: Iterable[str]) -> None:
 
 def count_mail(status: str, n: int = 1) -> None:
     MAIL.labels(status).inc(n)
+
+
+def count_stale_event(event_type: str) -> None:
+    MAIL_STALE.labels(event_type).inc()
 
 
 # ---- for the webhook and the feedback consumer ------------------------------------

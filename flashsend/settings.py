@@ -103,6 +103,9 @@ class Settings(BaseSettings):
     mail_retry_base_s: float = 1.0
     mail_retry_cap_s: float = 60.0
     mail_at_most_once_templates: tuple[str, ...] = ("payment_notice",)
+    # Legally required mail (e.g. a data-breach notice) still goes to an address suppressed
+    # for a hard bounce or a complaint; an operator's manual block still stops it.
+    mail_suppression_exempt_templates: tuple[str, ...] = ()
     mail_event_max_age_s: float = 86400.0  # older order events are ignored (replay trap)
     mail_retention_s: float = 8 * 86400.0  # dedupe keys kept at least the topic's retention
     mail_poll_s: float = 1.0  # sweep: lost doorbells, due send_after, expired leases

@@ -9,6 +9,15 @@ pending row; the mail service's UNIQUE event_id / dedupe_key), so a letter repla
 one whose record was meanwhile processed, mails nobody twice. Each replay is recorded in
 `dlq_replays` (who, when, why, where the copy landed), in the same transaction for the batch,
 written only after the broker acknowledged every copy.
+
+Letters from the SNS webhook are not records of a topic: their origin is the SNS topic ARN and
+their value the raw SES notification (JSON), dead-lettered because it was not a readable SES
+event. Replaying one does what the webhook does with a notification: parse it
+(producers.ses_events.parse_ses_message, the SNS MessageId is the letter's key, the time the
+webhook received it is the letter's failed_at), encode one `ses_event` record per recipient
+and produce them to mail.events keyed by address, with the webhook's headers. Nothing is
+produced while any chosen letter is still unreadable: the error names them. The feedback agent
+deduplicates on the event ids (uuid5 of the SES message, type and recipient).
 """
 
 from __future__ import annotations
@@ -27,6 +36,9 @@ from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
 from producers.dlq import DLQ_HEADERS, Header, record_headers
 from producers.replay import operator
+from producers.ses_events import SCHEMA as SES_SCHEMA
+from producers.ses_events import SesEventInvalid, parse_ses_message
+from schemas.serde import AvroCodec, registry_client
 from sinks.queries import query
 
 REPLAY_HEADER = "flashsend.replayed_from"
@@ -68,6 +80,11 @@ class Letter:
     def offset(self) -> int:
         return int(self.headers.get("flashsend.offset", "-1"))
 
+    @property
+    def from_sns(self) -> bool:
+        """Dead-lettered by the SNS webhook: its origin is an SNS topic ARN, not a topic."""
+        return is_sns_arn(self.topic)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "ref": self.ref,
@@ -90,6 +107,89 @@ def replay_headers(letter: Letter, dlq_topic: str) -> list[tuple[str, str | byte
     the dead letter's, plus where this copy comes from (one such header, the latest)."""
     own = [(k, v) for k, v in letter.raw_headers if k not in DLQ_HEADERS and k != REPLAY_HEADER]
     return [*own, (REPLAY_HEADER, f"{dlq_topic}@{letter.ref}".encode())]
+
+
+def is_sns_arn(origin: str) -> bool:
+    """arn:aws:sns:<region>:<account>:<topic> (also the aws-cn and aws-us-gov partitions)."""
+    parts = origin.split(":")
+    return len(parts) >= 6 and parts[0] == "arn" and parts[2] == "sns"
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One record a replay produces: where to, and what."""
+
+    letter: Letter
+    topic: str
+    partition: int | None  # None: the producer's partitioner, by key (as the webhook)
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, str | bytes | None]]
+
+
+def sns_copies(letter: Letter, codec: AvroCodec, topic: str, dlq_topic: str) -> list[Copy]:
+    """The mail.events records the webhook would have produced for this SNS letter; raises
+    SesEventInvalid while its notification is still not a readable SES event."""
+    received_ms = int(letter.headers.get("flashsend.failed_at_ms") or 0) or int(time.time() * 1000)
+    records = parse_ses_message(
+        (letter.value or b"").decode(errors="replace"),
+        sns_message_id=(letter.key or b"").decode(errors="replace"),
+        received_at_ms=received_ms,
+    )
+    replayed_from = (REPLAY_HEADER, f"{dlq_topic}@{letter.ref}".encode())
+    return [
+        Copy(
+            letter,
+            topic,
+            None,
+            str(r["recipient"]).encode(),
+            codec.encode(r),
+            [
+                ("flashsend.schema", SES_SCHEMA.encode()),
+                ("event_type", str(r["event_type"]).encode()),
+                ("event_id", str(r["event_id"]).encode()),
+                replayed_from,
+            ],
+        )
+        for r in records
+    ]
+
+
+def copies_of(s: Settings, letters: list[Letter]) -> list[Copy]:
+    """What replaying `letters` produces: a record's letter goes back to its topic and
+    partition as it was; an SNS letter becomes the webhook's records on mail.events. Raises
+    FlashsendError, producing nothing, if a letter cannot be replayed."""
+    copies: list[Copy] = []
+    unreadable: list[str] = []
+    codec: AvroCodec | None = None
+    for letter in letters:
+        if letter.from_sns:
+            if codec is None:
+                codec = AvroCodec(registry_client(s.schema_registry_url), SES_SCHEMA)
+            try:
+                copies += sns_copies(letter, codec, s.topic_mail_events, s.topic_dlq)
+            except SesEventInvalid as exc:
+                unreadable.append(f"{letter.ref} ({exc})")
+            continue
+        if not letter.topic or letter.partition < 0:
+            raise FlashsendError(f"dead letter {letter.ref} does not say where it came from")
+        copies.append(
+            Copy(
+                letter,
+                letter.topic,
+                letter.partition,
+                letter.key,
+                letter.value,
+                replay_headers(letter, s.topic_dlq),
+            )
+        )
+    if unreadable:
+        raise FlashsendError(
+            "nothing replayed: these SNS letters are still not readable SES events: "
+            + "; ".join(unreadable[:5])
+            + (f" and {len(unreadable) - 5} more" if len(unreadable) > 5 else "")
+        )
+    return copies
 
 
 def parse_ref(ref: str) -> tuple[int, int]:
@@ -154,9 +254,11 @@ def replayed(s: Settings) -> dict[tuple[int, int], int]:
 
 def replay_letters(s: Settings, letters: list[Letter], *, reason: str) -> list[dict[str, Any]]:
     """Produce the letters back to their topics; record them once all are acknowledged."""
+    copies = copies_of(s, letters)  # before anything is produced: all or none
     producer = Producer(
         {"bootstrap.servers": s.kafka_bootstrap, "acks": "all", "enable.idempotence": True}
     )
+    # Where each letter's (first) copy landed; an SNS letter may become several records.
     landed: dict[str, tuple[int, int]] = {}
     errors: list[str] = []
 
@@ -164,22 +266,29 @@ def replay_letters(s: Settings, letters: list[Letter], *, reason: str) -> list[d
         def on_delivery(err: Any, msg: Any) -> None:
             if err is not None:
                 errors.append(f"{ref}: {err}")
-            else:
+            elif ref not in landed:
                 landed[ref] = (int(msg.partition()), int(msg.offset()))
 
         return on_delivery
 
-    for letter in letters:
-        if not letter.topic or letter.partition < 0:
-            raise FlashsendError(f"dead letter {letter.ref} does not say where it came from")
-        producer.produce(
-            letter.topic,
-            key=letter.key,
-            value=letter.value,
-            partition=letter.partition,
-            headers=replay_headers(letter, s.topic_dlq),
-            on_delivery=recorder(letter.ref),
-        )
+    for copy in copies:
+        if copy.partition is None:  # the partitioner, by key
+            producer.produce(
+                copy.topic,
+                key=copy.key,
+                value=copy.value,
+                headers=copy.headers,
+                on_delivery=recorder(copy.letter.ref),
+            )
+        else:
+            producer.produce(
+                copy.topic,
+                key=copy.key,
+                value=copy.value,
+                partition=copy.partition,
+                headers=copy.headers,
+                on_delivery=recorder(copy.letter.ref),
+            )
     remaining = producer.flush(30)
     if remaining or errors:
         raise FlashsendError(
@@ -201,7 +310,7 @@ def replay_letters(s: Settings, letters: list[Letter], *, reason: str) -> list[d
                 "dlq_partition": letter.dlq_partition,
                 "dlq_offset": letter.dlq_offset,
                 "dead_reason": letter.reason,
-                "target_topic": letter.topic,
+                "target_topic": s.topic_mail_events if letter.from_sns else letter.topic,
                 "target_partition": partition,
                 "original_offset": letter.offset,
                 "new_offset": offset,

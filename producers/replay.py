@@ -40,10 +40,10 @@ from psycopg.types.json import Jsonb
 from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
 from schemas.doorbell import doorbell_seqs
-from schemas.serde import AvroCodec, SerdeError, registry_client
+from schemas.serde import AvroCodec, RegistryUnavailable, SerdeError, registry_client
 from sinks.pg_arrays import int_array
 from sinks.queries import query
-from streams.mail_logic import CancelMail, CreateMail, Ignore, parse_order_event
+from streams.mail_logic import CancelMail, CreateMail, StaleEvent, parse_order_event
 from streams.replay_plan import (
     PartitionPlan,
     Refusal,
@@ -240,6 +240,8 @@ def _campaign_counts(
         except SerdeError:
             dead += 1
             continue
+        except RegistryUnavailable as exc:
+            raise FlashsendError(f"schema registry unavailable, no plan: {exc}") from None
         cid = int(doorbell["campaign_id"])
         keys.extend((cid, int(seq)) for seq in doorbell_seqs(doorbell))
     rows: dict[tuple[int, int], tuple[str | None, str | None]] = {}
@@ -279,11 +281,13 @@ def _mail_counts(
         except SerdeError:
             events.append(("dead", None, None))
             continue
+        except RegistryUnavailable as exc:
+            raise FlashsendError(f"schema registry unavailable, no plan: {exc}") from None
         if isinstance(parsed, CreateMail):
             events.append(("create", parsed.event_id, parsed.dedupe_key))
         elif isinstance(parsed, CancelMail):
             events.append(("cancel", parsed.event_id, None))
-        elif isinstance(parsed, Ignore):
+        elif isinstance(parsed, StaleEvent):
             events.append(("ignored", None, None))
         else:
             events.append(("dead", None, None))

@@ -71,6 +71,22 @@ def doorbell_seqs(doorbell: Mapping[str, Any]) -> list[int]:
     return [doorbell["seq"], *(m["seq"] for m in doorbell.get("more_recipients", ()))]
 
 
+# The most recipients a consumer accepts in one doorbell: producers write DOORBELL_BLOCK; a
+# block far larger is a producer bug, and would be claimed as one oversized chunk.
+MAX_DOORBELL_RECIPIENTS = 40 * DOORBELL_BLOCK
+
+
+def doorbell_problem(doorbell: Mapping[str, Any], seqs: Sequence[int]) -> str | None:
+    """Why a decoded doorbell cannot name rows (campaign ids and seqs start at 1), or None."""
+    if doorbell["campaign_id"] < 1:
+        return f"campaign_id {doorbell['campaign_id']}"
+    if len(seqs) > MAX_DOORBELL_RECIPIENTS:
+        return f"{len(seqs)} recipients in one doorbell, at most {MAX_DOORBELL_RECIPIENTS}"
+    if min(seqs) < 1:
+        return f"seq {min(seqs)}"
+    return None
+
+
 class DoorbellWriter:
     """Encodes doorbells of one campaign produced at one instant."""
 

@@ -11,6 +11,13 @@ order at start-up, so ids agree between the producer and worker processes. With 
 registry (`http://…`, e.g. the local Apicurio under `/apis/ccompat/v7`) nothing is
 pre-registered: each codec registers (or finds) its own schema and the registry assigns ids.
 
+A registry that does not answer is not the record's fault: `RegistryUnavailable`, never a
+SerdeError, so no good record is dead-lettered during an outage. Consumers call
+`wait_for_writer_schemas` before decoding a batch: it looks up, in a thread and with backoff,
+every writer schema id the batch names that is not cached yet, until the registry answers.
+Only an id the registry says it does not have (404) or a schema that cannot be parsed makes a
+record poison (`unknown_schema_id`, `bad_writer_schema`); that answer is cached too.
+
 Why not confluent-kafka's AvroSerializer/AvroDeserializer on the hot path: they produce the
 same bytes (they use fastavro too; `tests/integration/test_schema_registry.py` proves both
 directions against the real registry), but add a per-record subject-strategy call, a
@@ -20,17 +27,25 @@ million doorbells; the codec below keeps that to a few microseconds each.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import io
 import json
+import logging
+import random
 import re
 import struct
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import fastavro
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from streams.backoff import backoff_delay
 
 SCHEMA_DIR = Path(__file__).parent / "avro"
 _FILE = re.compile(r"^(?P<name>[a-z_]+)\.v(?P<version>\d+)\.avsc$")
@@ -44,6 +59,13 @@ class SerdeError(Exception):
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+
+
+class RegistryUnavailable(Exception):
+    """The schema registry did not answer (down, timed out, 5xx): retry, the record is fine."""
+
+
+log = logging.getLogger("flashsend.serde")
 
 
 @dataclass(frozen=True)
@@ -112,6 +134,7 @@ class AvroCodec:
         self.schema_id: int = registered.schema_id  # type: ignore[assignment]
         self._header = _HEADER.pack(MAGIC, self.schema_id)
         self._writers: dict[int, Any] = {self.schema_id: self._reader}
+        self._unusable: dict[int, SerdeError] = {}  # ids the registry answered about: poison
         self._lock = threading.Lock()
 
     @property
@@ -147,18 +170,79 @@ class AvroCodec:
             raise SerdeError("bad_avro_body", "not a record")
         return record
 
+    def missing_writer_ids(self, values: Iterable[bytes | None]) -> set[int]:
+        """Writer schema ids named by `values` that are neither cached nor known poison."""
+        missing: set[int] = set()
+        for data in values:
+            if not data or len(data) < _HEADER.size:
+                continue
+            magic, schema_id = _HEADER.unpack_from(data)
+            known = schema_id in self._writers or schema_id in self._unusable
+            if magic == MAGIC and not known:
+                missing.add(schema_id)
+        return missing
+
+    def load_writer(self, schema_id: int) -> None:
+        """Fetch and cache one writer schema; an id the registry does not have is cached as
+        poison (decoding its records dead-letters them). Raises RegistryUnavailable."""
+        with contextlib.suppress(SerdeError):
+            self._writer_schema(schema_id)
+
     def _writer_schema(self, schema_id: int) -> Any:
         writer = self._writers.get(schema_id)
         if writer is not None:
             return writer
+        known = self._unusable.get(schema_id)
+        if known is not None:
+            raise known
         with self._lock:
             try:
                 schema = self._registry.get_schema(schema_id)
-            except Exception as exc:
-                raise SerdeError("unknown_schema_id", f"{schema_id}: {exc}") from None
+            except SchemaRegistryError as exc:
+                if exc.http_status_code != 404:
+                    raise RegistryUnavailable(f"schema {schema_id}: {exc}") from None
+                return self._poison(schema_id, "unknown_schema_id", str(exc))
+            except Exception as exc:  # httpx transport errors, timeouts: the registry is away
+                raise RegistryUnavailable(f"schema {schema_id}: {exc}") from None
             try:
                 writer = fastavro.parse_schema(json.loads(schema.schema_str or ""))
             except Exception as exc:
-                raise SerdeError("bad_writer_schema", f"{schema_id}: {exc}") from None
+                return self._poison(schema_id, "bad_writer_schema", str(exc))
             self._writers[schema_id] = writer
             return writer
+
+    def _poison(self, schema_id: int, reason: str, detail: str) -> Any:
+        error = SerdeError(reason, f"{schema_id}: {detail}"[:500])
+        self._unusable[schema_id] = error
+        raise error
+
+
+async def wait_for_writer_schemas(
+    codecs: Iterable[AvroCodec],
+    values: list[bytes | None],
+    *,
+    cap_s: float = 5.0,
+    rng: random.Random | None = None,
+) -> int:
+    """Look up the writer schemas `values` name that a codec has not cached, in a thread,
+    retrying with backoff and jitter while the registry does not answer. Returns the retries.
+    Afterwards decoding those values asks the registry nothing (a 404 is cached as poison)."""
+    rng = rng or random.Random()
+    retries = 0
+    for codec in codecs:
+        for schema_id in sorted(codec.missing_writer_ids(values)):
+            while True:
+                try:
+                    await asyncio.to_thread(codec.load_writer, schema_id)
+                    break
+                except RegistryUnavailable as exc:
+                    retries += 1
+                    delay = backoff_delay(min(retries, 10), base=0.2, cap=cap_s, rng=rng)
+                    log.warning(
+                        "schema registry unavailable (attempt %d), retrying in %.2fs: %s",
+                        retries,
+                        delay,
+                        exc,
+                    )
+                    await asyncio.sleep(delay)
+    return retries

@@ -42,6 +42,18 @@ class ApplyOutcome:
     stale: dict[int, int | None] = field(default_factory=dict)  # partition -> epoch held here
     resolved: int = 0  # campaign rows in doubt that the events settled
 
+    def plus(self, other: ApplyOutcome) -> ApplyOutcome:
+        """Two outcomes as one (a batch applied in parts)."""
+        return ApplyOutcome(
+            self.fresh + other.fresh,
+            self.suppressed + other.suppressed,
+            self.paused + other.paused,
+            self.over_threshold + other.over_threshold,
+            self.fenced + other.fenced,
+            {**self.stale, **other.stale},
+            self.resolved + other.resolved,
+        )
+
 
 class FeedbackStore:
     def __init__(

@@ -96,17 +96,32 @@ def cancel_mail(
 
 
 def mail_status(conn: psycopg.Connection[Any], dedupe_key: str) -> dict[str, Any]:
-    """ "Why didn't I get my mail?": the row, and its resends and siblings of the same ref."""
+    """ "Why didn't I get my mail?": the row, and its resends and siblings of the same ref,
+    and the confirmations for the key that arrived too old to act on (`stale_events`). With
+    no row but stale events, the answer is those: status `stale`, nothing else known."""
     cur = conn.cursor(row_factory=dict_row)
     row = cur.execute(query("mail_by_key"), {"dedupe_key": dedupe_key}).fetchone()
+    stale = cur.execute(query("stale_events_by_key"), {"dedupe_key": dedupe_key}).fetchall()
     if row is None:
-        raise NotFound(f"no mail with dedupe key {dedupe_key!r}")
+        if not stale:
+            raise NotFound(f"no mail with dedupe key {dedupe_key!r}")
+        return {"dedupe_key": dedupe_key, "status": "stale", "stale_events": stale}
     related = cur.execute(
         query("mail_related"), {"prefix": _resend_pattern(dedupe_key), "ref": row["ref"]}
     ).fetchall()
     row["related"] = [r for r in related if r["dedupe_key"] != dedupe_key]
     row["tombstone"] = row["event_id"] is None and row["to_email"] is None
+    row["stale_events"] = stale
     return row
+
+
+def mail_overview(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """For operators: mail rows by status, and the stale confirmations recorded (last day,
+    all within the retention, the latest)."""
+    cur = conn.cursor(row_factory=dict_row)
+    row = cur.execute(query("mail_overview")).fetchone()
+    assert row is not None
+    return dict(row)
 
 
 def resend_mail(conn: psycopg.Connection[Any], dedupe_key: str) -> Enqueued:

@@ -25,6 +25,7 @@ from streams.mail_logic import (
     CancelResult,
     Command,
     CreateMail,
+    StaleEvent,
     cancel_events,
     cancel_result,
     lifecycle_events,
@@ -65,7 +66,8 @@ class Transition:
 @dataclass(frozen=True)
 class Claim:
     """One claim: the rows to send now, and the rows it ended because their address is
-    suppressed (status failed/unknown, last_error 'suppressed:<reason>', EmailFailed written)."""
+    suppressed (status suppressed/unknown, last_error 'suppressed:<reason>', EmailFailed
+    written)."""
 
     mails: list[ClaimedMail]
     suppressed: list[tuple[Transition, str]]  # (the ended row, the suppression reason)
@@ -78,6 +80,18 @@ class IngestOutcome:
     cancels: list[tuple[str, CancelResult]]
     fenced: int = 0  # records below the stored offset: applied before
     stale: dict[int, int | None] = field(default_factory=dict)  # partition -> epoch held here
+    stale_events: int = 0  # confirmations too old to act on, recorded now (not seen before)
+
+    def plus(self, other: IngestOutcome) -> IngestOutcome:
+        """Two outcomes as one (a batch applied in parts)."""
+        return IngestOutcome(
+            self.created + other.created,
+            self.duplicates + other.duplicates,
+            self.cancels + other.cancels,
+            self.fenced + other.fenced,
+            {**self.stale, **other.stale},
+            self.stale_events + other.stale_events,
+        )
 
 
 def lifecycle_params(
@@ -126,6 +140,17 @@ def create_params(cmd: CreateMail) -> dict[str, Any]:
     }
 
 
+def stale_params(cmd: StaleEvent) -> dict[str, Any]:
+    return {
+        "event_id": cmd.event_id,
+        "dedupe_key": cmd.dedupe_key,
+        "ref": cmd.ref,
+        "event_type": cmd.event_type,
+        "occurred_at": cmd.occurred_at,
+        "age_s": cmd.age_s,
+    }
+
+
 def cancel_params(cmd: CancelMail) -> dict[str, Any]:
     return {"keys": cmd.keys, "ref": cmd.ref, "cancel_event_id": cmd.event_id}
 
@@ -146,9 +171,17 @@ def cancel_outcome(
 
 class MailStore:
     def __init__(
-        self, pool: AsyncConnectionPool, *, group_id: str, topic: str, lifecycle_topic: str
+        self,
+        pool: AsyncConnectionPool,
+        *,
+        group_id: str,
+        topic: str,
+        lifecycle_topic: str,
+        suppression_exempt: Sequence[str] = (),
     ) -> None:
         self._pool = pool
+        # Templates a bounce or complaint suppression does not block (legally required mail).
+        self.suppression_exempt = list(suppression_exempt)
         self.group_id = group_id
         self.topic = topic
         self.lifecycle_topic = lifecycle_topic
@@ -163,7 +196,7 @@ class MailStore:
 
         async def apply(conn: psycopg.AsyncConnection[Any], fence: Fence) -> IngestOutcome:
             kept, fenced = fence.keep(commands)
-            created = duplicates = 0
+            created = duplicates = stale_events = 0
             cancels: list[tuple[str, CancelResult]] = []
             events: list[tuple[Transition, str, str | None]] = []
             for partition in sorted(kept):
@@ -174,13 +207,18 @@ class MailStore:
                             created += 1
                         else:
                             duplicates += 1
+                    elif isinstance(cmd, StaleEvent):
+                        cur = await conn.execute(query("record_stale_event"), stale_params(cmd))
+                        stale_events += 1 if await cur.fetchone() else 0
                     else:
                         cur = await conn.execute(query("cancel_mail"), cancel_params(cmd))
                         results, evs = cancel_outcome(await cur.fetchall())
                         cancels += results
                         events += evs
             await self._emit(conn, events)
-            return IngestOutcome(created, duplicates, cancels, fenced, dict(fence.stale))
+            return IngestOutcome(
+                created, duplicates, cancels, fenced, dict(fence.stale), stale_events
+            )
 
         return await self.offsets.transaction(spans, apply)
 
@@ -195,7 +233,8 @@ class MailStore:
         try:
             async with self._pool.connection() as conn, conn.transaction():
                 cur = await conn.execute(
-                    query("claim_due_mail"), {"limit": limit, "lease_s": lease_s}
+                    query("claim_due_mail"),
+                    {"limit": limit, "lease_s": lease_s, "exempt": self.suppression_exempt},
                 )
                 mails: list[ClaimedMail] = []
                 ended: list[tuple[Transition, str]] = []
@@ -264,6 +303,9 @@ class MailStore:
                 cur = await conn.execute(query("purge_mail"), {"horizon": horizon, "limit": limit})
                 purged = cur.rowcount
                 await conn.execute(query("purge_mail_outbox"), {"horizon": horizon, "limit": limit})
+                await conn.execute(
+                    query("purge_mail_stale_events"), {"horizon": horizon, "limit": limit}
+                )
                 return purged
         except psycopg.Error as exc:
             raise StoreUnavailable(str(exc)) from exc

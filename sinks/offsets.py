@@ -42,6 +42,18 @@ class StoreUnavailable(FlashsendError):
     """PostgreSQL could not be reached or the transaction failed; retry with backoff."""
 
 
+class RecordsRejected(StoreUnavailable):
+    """PostgreSQL refused the batch's data (a value out of a column's domain, a key too long
+    for its index): retrying the same records fails the same way. A consumer that can apply its
+    records one at a time finds the one at fault and dead-letters it; others retry as for any
+    StoreUnavailable."""
+
+
+# SQLSTATE classes that blame the data, not the server: 22 data exception, 23 integrity
+# constraint violation, 54 program limit exceeded (an index row too large).
+_DATA_CLASSES = ("22", "23", "54")
+
+
 class TransactionInDoubt(FlashsendError):
     """PostgreSQL no longer knows whether a transaction committed; nothing can be assumed."""
 
@@ -281,6 +293,8 @@ class PartitionOffsets:
                             raise
                         in_doubt = (fence.xid, pid, exc)
             except psycopg.Error as exc:
+                if (exc.sqlstate or "")[:2] in _DATA_CLASSES:
+                    raise RecordsRejected(str(exc)) from exc
                 raise StoreUnavailable(str(exc)) from exc
             if in_doubt is None:
                 return result

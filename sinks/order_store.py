@@ -10,6 +10,7 @@ Two integration modes, one code path each (seed: "2 kiến trúc"):
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,6 +24,7 @@ from psycopg.types.json import Jsonb
 from flashsend.errors import NotFound
 from sinks.mail_enqueue import Enqueued, cancel_mail, enqueue_mail
 from sinks.queries import query
+from streams.field_domains import epoch_ms_problem, key_problem, text_problem, uuid_problem
 from streams.mail_logic import (
     DEFAULT_TEMPLATES,
     CancelResult,
@@ -147,7 +149,17 @@ class MailEvent:
     reason: str | None
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> MailEvent:
+    def from_record(cls, record: Mapping[str, Any], now_ms: int | None = None) -> MailEvent:
+        """Raises ValueError when a field is outside what the order database stores."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        for field_name, problem in (
+            ("event_id", uuid_problem(record.get("event_id"))),
+            ("", text_problem(record)),
+            ("dedupe_key", key_problem(record.get("dedupe_key"))),
+            ("occurred_at", epoch_ms_problem(record.get("occurred_at"), now_ms=now_ms)),
+        ):
+            if problem is not None:
+                raise ValueError(f"{field_name}: {problem}" if field_name else problem)
         return cls(
             event_id=str(record["event_id"]),
             event_type=str(record["event_type"]),
@@ -162,8 +174,9 @@ class MailEvent:
 
 def apply_mail_event(conn: psycopg.Connection[Any], event: MailEvent) -> bool:
     """Record a lifecycle event; False when it changed nothing (duplicate or older)."""
-    if event.ref is None or not event.ref.isdigit():
-        return False  # not a mail of one of our orders
+    ref = event.ref
+    if ref is None or not (ref.isascii() and ref.isdigit() and len(ref) <= 18):
+        return False  # not a mail of one of our orders (their ids are bigints)
     cancel_outcome = {"EmailCancelled": "cancelled", "EmailCancelTooLate": "too_late"}.get(
         event.event_type
     )
@@ -171,7 +184,7 @@ def apply_mail_event(conn: psycopg.Connection[Any], event: MailEvent) -> bool:
         query("apply_mail_event"),
         {
             "dedupe_key": event.dedupe_key,
-            "order_id": int(event.ref),
+            "order_id": int(ref),
             "status": event.mail_status,
             "occurred_at": event.occurred_at,
             "message_id": event.message_id,

@@ -8,6 +8,11 @@ mail.events is shared. The `flashsend.schema` header says whose a record is:
   later by someone else — is not ours: skipped and counted, never dead-lettered. Its offset still
   advances with the batch.
 
+A record of ours with a field outside its domain (streams.field_domains) is poison too. A batch
+whose data PostgreSQL refuses anyway (RecordsRejected) is applied again one record at a time;
+the record refused alone goes to the DLQ. A schema registry that does not answer is waited out
+(schemas.serde.wait_for_writer_schemas), never taken for poison.
+
 Records below a partition's stored offset are skipped one by one (applied before), and nothing
 of a partition another worker now owns (a newer epoch) is applied (sinks.offsets).
 A database or DLQ outage is retried here with backoff and jitter, never acknowledged past: the
@@ -26,11 +31,16 @@ from typing import Any
 
 from flashsend import metrics
 from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
-from schemas.serde import AvroCodec, SerdeError
+from schemas.serde import AvroCodec, SerdeError, wait_for_writer_schemas
 from sinks.feedback_store import ApplyOutcome, FeedbackStore
-from sinks.offsets import PartitionSpan, StoreUnavailable
+from sinks.offsets import PartitionSpan, RecordsRejected, StoreUnavailable
 from streams.backoff import backoff_delay
-from streams.feedback_logic import FeedbackEffect, ses_effect, unsubscribe_effect
+from streams.feedback_logic import (
+    FeedbackEffect,
+    record_problem,
+    ses_effect,
+    unsubscribe_effect,
+)
 from streams.mail_ingest import Record
 
 log = logging.getLogger("flashsend.feedback")
@@ -48,6 +58,30 @@ def header(rec: Any, name: str) -> str | None:
     return None
 
 
+EFFECTS: dict[str, Callable[[Any], FeedbackEffect]] = {
+    "ses_event": ses_effect,
+    "unsubscribed": unsubscribe_effect,
+}
+
+
+def parse_feedback_record(
+    schema: str, codec: AvroCodec, rec: Record
+) -> FeedbackEffect | DeadLetter:
+    """The effect of one of our records (`schema` in EFFECTS), or its dead letter. Never
+    raises (its writer schema must be cached: `wait_for_writer_schemas`)."""
+    try:
+        record = codec.decode(rec.value)
+        problem = record_problem(schema, record)
+        if problem is None:
+            return EFFECTS[schema](record)
+        reason, detail = problem
+    except SerdeError as exc:
+        reason, detail = exc.reason, str(exc)
+    except Exception as exc:  # a bug in the pure parse must not replay the record forever
+        reason, detail = "bad_record", f"{type(exc).__name__}: {exc}"
+    return DeadLetter.of(rec, reason, detail)
+
+
 class FeedbackIngest:
     def __init__(
         self,
@@ -61,8 +95,8 @@ class FeedbackIngest:
     ) -> None:
         self.store = store
         self.decoders: dict[str, tuple[AvroCodec, Callable[[Any], FeedbackEffect]]] = {
-            "ses_event": (ses_codec, ses_effect),
-            "unsubscribed": (unsubscribed_codec, unsubscribe_effect),
+            "ses_event": (ses_codec, EFFECTS["ses_event"]),
+            "unsubscribed": (unsubscribed_codec, EFFECTS["unsubscribed"]),
         }
         self.dlq = dlq
         self.retry_cap_s = retry_cap_s
@@ -73,22 +107,22 @@ class FeedbackIngest:
         """The record's effect; a DeadLetter for our own unreadable ones; None: not ours."""
         schema = header(rec, SCHEMA_HEADER)
         decoder = self.decoders.get(schema or "")
-        if decoder is None:
+        if schema is None or decoder is None:
             self.stats[f"skipped:{schema or 'no_header'}"] += 1
             return None
-        codec, effect = decoder
-        try:
-            return effect(codec.decode(rec.value))
-        except SerdeError as exc:
-            reason, detail = exc.reason, str(exc)
-        except (KeyError, TypeError, ValueError) as exc:
-            reason, detail = "bad_record", f"{type(exc).__name__}: {exc}"
-        return DeadLetter.of(rec, reason, detail)
+        codec, _ = decoder
+        return parse_feedback_record(schema, codec, rec)
 
     async def handle(self, records: Sequence[Record]) -> ApplyOutcome | None:
         """Process one consumed batch; returns only once its effects are committed."""
         if not records:
             return None
+        self.stats["registry_retries"] += await wait_for_writer_schemas(
+            [codec for codec, _ in self.decoders.values()],
+            [r.value for r in records],
+            cap_s=self.retry_cap_s,
+            rng=self.rng,
+        )
         spans: dict[int, PartitionSpan] = {}
         effects: dict[int, list[tuple[int, FeedbackEffect]]] = {}
         dead: list[DeadLetter] = []
@@ -111,12 +145,42 @@ class FeedbackIngest:
                 dead.append(parsed)
             elif parsed is not None:
                 effects.setdefault(rec.partition, []).append((rec.offset, parsed))
+        await self._dead_letter(dead)
+        try:
+            outcome: ApplyOutcome = await self._retry(
+                self.store.apply, list(spans.values()), effects
+            )
+        except RecordsRejected as exc:
+            log.warning("PostgreSQL refused the batch (%s); applying it record by record", exc)
+            outcome = await self._one_by_one(records, effects)
+        self._account(outcome)
+        return outcome
+
+    async def _dead_letter(self, dead: list[DeadLetter]) -> None:
         if dead:
             await self._retry(self.dlq.publish, dead)
             self.stats["dead"] += len(dead)
-        outcome: ApplyOutcome = await self._retry(self.store.apply, list(spans.values()), effects)
-        self._account(outcome)
-        return outcome
+            metrics.count_dead_letters(self.dlq.topic, (d.reason for d in dead))
+
+    async def _one_by_one(
+        self, records: Sequence[Record], effects: dict[int, list[tuple[int, FeedbackEffect]]]
+    ) -> ApplyOutcome:
+        """Each record in its own transaction; one PostgreSQL refuses goes to the DLQ and its
+        offset advances with nothing applied (rare: the field checks come first)."""
+        self.stats["one_by_one"] += 1
+        by_offset = {(p, off): e for p, es in effects.items() for off, e in es}
+        total = ApplyOutcome()
+        for rec in sorted(records, key=lambda r: (r.partition, r.offset)):
+            span = [PartitionSpan(rec.partition, rec.offset, rec.offset)]
+            effect = by_offset.get((rec.partition, rec.offset))
+            mine = {} if effect is None else {rec.partition: [(rec.offset, effect)]}
+            try:
+                outcome = await self._retry(self.store.apply, span, mine)
+            except RecordsRejected as exc:
+                await self._dead_letter([DeadLetter.of(rec, "rejected_by_database", str(exc))])
+                outcome = await self._retry(self.store.apply, span, {})
+            total = total.plus(outcome)
+        return total
 
     def _account(self, outcome: ApplyOutcome) -> None:
         self.stats["applied"] += outcome.fresh
@@ -146,6 +210,8 @@ class FeedbackIngest:
         while True:
             try:
                 return await fn(*args)
+            except RecordsRejected:
+                raise  # the same records would fail again: the caller decides
             except (StoreUnavailable, DeadLetterFailed) as exc:
                 attempt += 1
                 self.stats["retries"] += 1

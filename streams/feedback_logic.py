@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.addresses import is_simulator_address
+from streams.field_domains import key_problem, storable_ms_problem, text_problem, uuid_problem
 from streams.resolution import EventProof, proof_of
 
 # Counter a feedback event increments, by SES event type.
@@ -59,6 +60,28 @@ class FeedbackEffect:
     suppress_reason: str | None  # 'bounce' | 'complaint' | None
     source_event: str  # why, for email_suppressions.source_event (audits, support)
     proof: EventProof | None = None  # what the event proves about its campaign row
+
+
+def record_problem(schema: str, record: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(reason, detail) when a decoded `ses_event` / `unsubscribed` record has a field outside
+    what its effect needs (streams.field_domains: the event id is a uuid key, the address a
+    text key, the time becomes a timestamp), else None."""
+    problem = uuid_problem(record.get("event_id"))
+    if problem is not None:
+        return "bad_event_id", problem
+    problem = text_problem(record)
+    if problem is not None:
+        return "bad_text", problem
+    address = "recipient" if schema == "ses_event" else "email"
+    problem = key_problem(record.get(address))
+    if problem is not None:
+        return "bad_key", f"{address}: {problem}"
+    # The event's time only dates what it proves (sinks/sql/resolution.sql, sent_at): it must
+    # be storable; an odd but storable time does not cost a bounce or complaint its effect.
+    problem = storable_ms_problem(record.get("occurred_at"))
+    if problem is not None:
+        return "bad_timestamp", f"occurred_at: {problem}"
+    return None
 
 
 def ses_effect(record: Mapping[str, Any]) -> FeedbackEffect:

@@ -129,6 +129,7 @@ class MailRuntime:
                 group_id=s.group_mail,
                 topic=s.topic_order_events,
                 lifecycle_topic=s.topic_mail_events,
+                suppression_exempt=s.mail_suppression_exempt_templates,
             )
             self.store = store
             ses = SesSender(

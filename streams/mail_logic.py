@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from streams.backoff import RetryPolicy
+from streams.field_domains import epoch_ms_problem, key_problem, text_problem, uuid_problem
 from streams.outcomes import Outcome, classify_call_error, is_throttle
 
 SUPPORTED_VERSIONS: Mapping[str, frozenset[int]] = {
@@ -29,6 +30,10 @@ SUPPORTED_VERSIONS: Mapping[str, frozenset[int]] = {
     "OrderCancelled": frozenset({1}),
 }
 DEFAULT_TEMPLATES: Mapping[str, str] = {"OrderConfirmed": "order_confirmation"}
+# SES template names are at most 64 characters.
+MAX_TEMPLATE_CHARS = 64
+# The longest delay a delayed mail may ask for; further out is a unit error, not a plan.
+MAX_SEND_DELAY_MS = 366 * 86_400_000
 LIFECYCLE_TYPES = frozenset({"EmailSent", "EmailFailed", "EmailCancelled", "EmailCancelTooLate"})
 
 
@@ -80,8 +85,20 @@ class CancelMail:
 
 
 @dataclass(frozen=True)
-class Ignore:
-    reason: str  # stale: older than the configured age (replay trap)
+class StaleEvent:
+    """A confirmation older than the configured age (the replay trap): no mail is created, and
+    the event is recorded (mail_stale_events) so `flashsend mail status KEY` can say why."""
+
+    event_id: str
+    dedupe_key: str
+    ref: str
+    event_type: str
+    occurred_at: datetime
+    age_s: float
+
+    @property
+    def reason(self) -> str:
+        return f"stale: occurred {self.age_s:.0f}s ago"
 
 
 @dataclass(frozen=True)
@@ -90,8 +107,8 @@ class Poison:
     detail: str = ""
 
 
-Command = CreateMail | CancelMail
-Parsed = CreateMail | CancelMail | Ignore | Poison
+Command = CreateMail | CancelMail | StaleEvent
+Parsed = CreateMail | CancelMail | StaleEvent | Poison
 
 
 def parse_order_event(
@@ -101,28 +118,61 @@ def parse_order_event(
     max_age_s: float,
     at_most_once_templates: Collection[str],
 ) -> Parsed:
-    """Decide what one decoded order event means. Never raises on bad content: it is Poison."""
+    """Decide what one decoded order event means. Never raises on bad content: it is Poison.
+
+    A cancel is applied whatever its age: one replayed the next day (after an outage, from the
+    dead-letter topic) must still stop the delayed mail of a cancelled order, and applying an
+    old cancel twice changes nothing. Only a confirmation obeys the age rule (a replay of last
+    week must not mail anyone). Every field that reaches a column or a conversion is checked
+    against its domain first (streams.field_domains)."""
     event_type = event.get("event_type")
     versions = SUPPORTED_VERSIONS.get(str(event_type))
     if versions is None:
-        return Poison("unknown_event_type", str(event_type))
+        return Poison("unknown_event_type", str(event_type)[:200])
     version = event.get("version")
     if version not in versions:
         return Poison("unsupported_version", f"{event_type} v{version}")
     event_id, order_id = event.get("event_id"), event.get("order_id")
-    if not event_id or not isinstance(order_id, int):
+    if not event_id or not isinstance(order_id, int) or isinstance(order_id, bool):
         return Poison("missing_field", "event_id and order_id are required")
-    occurred_ms = int(event.get("occurred_at") or 0)
-    if max_age_s > 0 and now_ms - occurred_ms > max_age_s * 1000:
-        return Ignore(f"stale: occurred {(now_ms - occurred_ms) / 1000:.0f}s ago")
+    problem = uuid_problem(event_id)
+    if problem is not None:
+        return Poison("bad_event_id", problem)
+    problem = text_problem(event)
+    if problem is not None:
+        return Poison("bad_text", problem)
     if event_type == "OrderCancelled":
         return CancelMail(str(event_id), str(order_id), cancel_targets(order_id))
+    occurred_ms = event.get("occurred_at")
+    problem = epoch_ms_problem(occurred_ms, now_ms=now_ms)
+    if problem is not None:
+        return Poison("bad_timestamp", f"occurred_at: {problem}")
+    assert isinstance(occurred_ms, int)
+    dedupe_key = event.get("dedupe_key") or confirmation_key(order_id)
+    problem = key_problem(dedupe_key)
+    if problem is not None:
+        return Poison("bad_key", f"dedupe_key: {problem}")
+    if max_age_s > 0 and now_ms - occurred_ms > max_age_s * 1000:
+        return StaleEvent(
+            event_id=str(event_id),
+            dedupe_key=str(dedupe_key),
+            ref=str(order_id),
+            event_type=str(event_type),
+            occurred_at=ms_to_datetime(occurred_ms),
+            age_s=(now_ms - occurred_ms) / 1000,
+        )
     email = event.get("email")
     if not email or "@" not in str(email):
-        return Poison("bad_email", repr(email))
-    dedupe_key = str(event.get("dedupe_key") or confirmation_key(order_id))
-    template = str(event.get("template") or DEFAULT_TEMPLATES[str(event_type)])
+        return Poison("bad_email", repr(email)[:200])
+    template = event.get("template") or DEFAULT_TEMPLATES[str(event_type)]
+    problem = key_problem(template, MAX_TEMPLATE_CHARS)
+    if problem is not None:
+        return Poison("bad_key", f"template: {problem}")
     send_after = event.get("send_after")
+    if send_after is not None:
+        problem = epoch_ms_problem(send_after, now_ms=now_ms, max_ahead_ms=MAX_SEND_DELAY_MS)
+        if problem is not None:
+            return Poison("bad_timestamp", f"send_after: {problem}")
     data = {
         "order_id": order_id,
         "customer_name": event.get("customer_name") or "",
@@ -133,13 +183,13 @@ def parse_order_event(
     }
     return CreateMail(
         event_id=str(event_id),
-        dedupe_key=dedupe_key,
+        dedupe_key=str(dedupe_key),
         ref=str(order_id),
         to_email=str(email),
-        template=template,
+        template=str(template),
         data=data,
-        delivery=delivery_for(template, at_most_once_templates),
-        send_after=ms_to_datetime(int(send_after)) if send_after else None,
+        delivery=delivery_for(str(template), at_most_once_templates),
+        send_after=ms_to_datetime(send_after) if send_after is not None else None,
         occurred_at=ms_to_datetime(occurred_ms),
     )
 
@@ -224,6 +274,7 @@ def lifecycle_events(status: str, cancel_requested: bool) -> list[str]:
         "sent": ["EmailSent"],
         "failed": ["EmailFailed"],
         "unknown": ["EmailFailed"],  # mail_status 'unknown' tells it apart
+        "suppressed": ["EmailFailed"],  # mail_status 'suppressed', reason suppressed:<why>
         "cancelled": ["EmailCancelled"],
     }.get(status, [])
     if cancel_requested and status in ("sent", "unknown"):

@@ -8,7 +8,8 @@ lease. Each call is paced by a GCRA limiter at `rate` (the transactional share o
 account's MaxSendRate, kept free by the campaign preflight), and runs in a thread (boto3 is
 blocking) with SDK retries off. The claim also ends rows whose address is suppressed (bounce,
 complaint, manual: sinks/sql/mail.sql claim_due_mail) without any call; they only show up here
-as `suppressed` in the stats and the log.
+as `suppressed` in the stats and the log. A claimed row whose address fails
+`streams.addresses.is_valid_email` ends `failed` ('invalid_address:<why>') without a call.
 
 The duplicate window is one provider call: between SES accepting a mail and our
 `mark_mail_sent` committing. A worker killed inside it leaves the row `sending`; at-least-once
@@ -36,6 +37,7 @@ import psycopg
 from flashsend import metrics
 from sinks.mail_store import ClaimedMail, MailStore, StoreUnavailable, Transition
 from sinks.ses import SesCallFailed, SesSender
+from streams.addresses import is_valid_email
 from streams.backoff import RetryPolicy, backoff_delay
 from streams.mail_logic import Decision, Delivery, Next, decide_after_call
 from streams.throttle import Gcra
@@ -64,6 +66,7 @@ class SenderStats:
     unknown: int = 0
     cancelled: int = 0
     suppressed: int = 0  # ended at the claim: the address is on the suppression list
+    invalid_address: int = 0  # ended before the call: streams.addresses.is_valid_email
     fenced: int = 0
     expired: int = 0
     max_send_s: float = 0.0
@@ -188,6 +191,10 @@ class MailSender:
     # ---- one mail -------------------------------------------------------------------------
 
     async def _send(self, mail: ClaimedMail) -> None:
+        invalid = is_valid_email(mail.to_email)
+        if invalid is not None:
+            await self._invalid_address(mail, invalid)
+            return
         delay = self._limiter.reserve(1, time.monotonic())
         if delay > 0:
             metrics.add_throttle_wait("mail", delay)
@@ -223,6 +230,27 @@ class MailSender:
             message_id,
             elapsed,
             "" if done else " (fenced: another worker owns the row now)",
+        )
+
+    async def _invalid_address(self, mail: ClaimedMail, why: str) -> None:
+        """An address SES must not be given (one bad address must cost only its own mail):
+        `failed` with 'invalid_address:<why>', EmailFailed to the order service, no call."""
+        reason = f"invalid_address:{why}"
+        done: Transition | None = await self._retry(
+            self.store.transition,
+            "mark_mail_invalid_address",
+            {"id": mail.id, "token": mail.token, "error": reason},
+            reason,
+        )
+        self.stats.invalid_address += 1
+        metrics.count_mail("invalid_address")
+        log.info(
+            "mail dedupe_key=%s event_id=%s attempts=%s outcome=%s status=%s (no call made)",
+            mail.dedupe_key,
+            mail.event_id,
+            mail.token,
+            reason,
+            done.status if done else "fenced",
         )
 
     def _call(self, mail: ClaimedMail) -> str:

@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, Message
 
 from flashsend.settings import Settings
 from producers.dlq import DeadLetter, DeadLetterProducer, record_headers
-from schemas.serde import AvroCodec, SerdeError, registry_client
+from schemas.serde import AvroCodec, RegistryUnavailable, SerdeError, registry_client
 from sinks.order_store import MailEvent, apply_mail_event
 from streams.backoff import backoff_delay
 
@@ -77,6 +77,7 @@ class OrderFeedback:
         msgs = [m for m in self.consumer.consume(200, timeout) if m.error() is None]
         if not msgs:
             return 0
+        self._wait_for_writer_schemas([m.value() for m in msgs])
         events: list[MailEvent] = []
         dead: list[DeadLetter] = []
         for msg in msgs:
@@ -85,7 +86,7 @@ class OrderFeedback:
                 continue
             try:
                 events.append(MailEvent.from_record(self.codec.decode(msg.value())))
-            except (SerdeError, KeyError, ValueError) as exc:
+            except Exception as exc:  # poison, whatever the error: never replayed forever
                 reason = exc.reason if isinstance(exc, SerdeError) else "bad_record"
                 dead.append(
                     DeadLetter(
@@ -105,6 +106,21 @@ class OrderFeedback:
         self._apply(events)
         self.consumer.commit(asynchronous=False)  # only after the database commit
         return len(msgs)
+
+    def _wait_for_writer_schemas(self, values: list[bytes | None]) -> None:
+        """Look up writer schemas not cached yet; a registry that does not answer is waited
+        out with backoff (its outage must not dead-letter good records)."""
+        attempt = 0
+        for schema_id in sorted(self.codec.missing_writer_ids(values)):
+            while True:
+                try:
+                    self.codec.load_writer(schema_id)
+                    break
+                except RegistryUnavailable as exc:
+                    attempt += 1
+                    delay = backoff_delay(min(attempt, 8), base=0.2, cap=5.0, rng=self.rng)
+                    log.warning("schema registry unavailable (%s); retrying in %.1fs", exc, delay)
+                    threading.Event().wait(delay)
 
     def _apply(self, events: list[MailEvent]) -> None:
         attempt = 0

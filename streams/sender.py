@@ -35,8 +35,13 @@ from typing import Any, Protocol
 
 from flashsend import metrics
 from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
-from schemas.doorbell import DOORBELL_BATCH_RECORDS, DOORBELL_BLOCK, doorbell_seqs
-from schemas.serde import AvroCodec, SerdeError
+from schemas.doorbell import (
+    DOORBELL_BATCH_RECORDS,
+    DOORBELL_BLOCK,
+    doorbell_problem,
+    doorbell_seqs,
+)
+from schemas.serde import AvroCodec, SerdeError, wait_for_writer_schemas
 from sinks.campaign_store import SETTLED
 from sinks.recipient_store import (
     ClaimedRecipient,
@@ -139,6 +144,23 @@ class Queued:
 
     def dead_letter(self, reason: str, detail: str) -> DeadLetter:
         return DeadLetter.of(self.rec, reason, detail)
+
+
+def decode_doorbell(codec: AvroCodec, rec: Record) -> Queued:
+    """The record decoded, or why it is poison. Never raises (a raise would stop the worker,
+    and the restart would meet the same record); its writer schema must be cached
+    (`wait_for_writer_schemas`)."""
+    try:
+        doorbell = codec.decode(rec.value)
+        seqs = doorbell_seqs(doorbell)
+        problem = doorbell_problem(doorbell, seqs)
+    except SerdeError as exc:
+        return Queued(rec, None, exc, [])
+    except Exception as exc:
+        return Queued(rec, None, SerdeError("bad_record", f"{type(exc).__name__}: {exc}"), [])
+    if problem is not None:
+        return Queued(rec, None, SerdeError("bad_doorbell", problem), [])
+    return Queued(rec, doorbell, None, seqs)
 
 
 @dataclass(frozen=True)
@@ -500,6 +522,7 @@ class CampaignSender:
             "failed": 0,
             "unknown": 0,
             "refused_calls": 0,  # calls SES refused whole, then split (streams.call_split)
+            "registry_retries": 0,  # schema registry lookups retried (it did not answer)
         }
 
     # ---- the agent side -------------------------------------------------------------------
@@ -515,8 +538,15 @@ class CampaignSender:
         queued-but-unclaimed records are simply consumed again (the offset stored in Postgres
         advances only with a claim). Partitions go independently, so a full lane (a slow rate
         share) holds back only its own partition; chunks ready together share one claim
-        transaction."""
+        transaction. Writer schemas not cached yet are looked up first, waiting out a
+        registry outage (a good doorbell is never dead-lettered for it)."""
         self._raise_if_failed()
+        self.stats["registry_retries"] += await wait_for_writer_schemas(
+            [self.codec],
+            [r.value for r in records],
+            cap_s=self.config.store_retry_cap_s,
+            rng=self.rng,
+        )
         lost = self._lost
         for rec in sorted(records, key=lambda r: (r.partition, r.offset)):
             p = rec.partition
@@ -553,11 +583,7 @@ class CampaignSender:
             self.flow.resume(drained)
 
     def _decode(self, rec: Record) -> Queued:
-        try:
-            doorbell = self.codec.decode(rec.value)
-        except SerdeError as exc:
-            return Queued(rec, None, exc, [])
-        return Queued(rec, doorbell, None, doorbell_seqs(doorbell))
+        return decode_doorbell(self.codec, rec)
 
     def _needs_lane(self, item: Queued) -> bool:
         """False when the claim cannot hand the row to a lane: poison (dead-lettered), or a

@@ -57,8 +57,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     mail = sub.add_parser("mail", help="transactional mail: status, resend, latency bench")
     msub = mail.add_subparsers(dest="mail_cmd", required=True, metavar="ACTION")
-    p = msub.add_parser("status", help='"why didn\'t I get my mail?" for one dedupe key')
-    p.add_argument("dedupe_key")
+    p = msub.add_parser(
+        "status",
+        help='"why didn\'t I get my mail?" for one dedupe key; without one, an overview',
+        description="With a dedupe key: that mail's row, its resends, and any confirmation for "
+        "the key that arrived older than FLASHSEND_MAIL_EVENT_MAX_AGE_S (recorded, not mailed). "
+        "Without one: mail rows by status and the stale confirmations of the last day.",
+        epilog="examples:\n  flashsend mail status order-confirmed:42\n"
+        "  flashsend mail status --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("dedupe_key", nargs="?", default=None)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_mail_status)
     p = msub.add_parser("resend", help="send again safely, under a new dedupe key")
@@ -186,19 +195,49 @@ def cmd_orders_show(args: argparse.Namespace) -> int:
 
 
 def cmd_mail_status(args: argparse.Namespace) -> int:
-    from sinks.mail_enqueue import mail_status
+    from sinks.mail_enqueue import mail_overview, mail_status
 
     settings = load_settings()
     with psycopg.connect(settings.pg_dsn) as conn:
-        row = mail_status(conn, args.dedupe_key)
+        row = mail_overview(conn) if args.dedupe_key is None else mail_status(conn, args.dedupe_key)
     if args.json:
         print(json.dumps(row, default=str, indent=2))
-        return 0
-    print(format_status(row))
+    elif args.dedupe_key is None:
+        print(format_overview(row, settings.mail_event_max_age_s))
+    else:
+        print(format_status(row, settings.mail_event_max_age_s))
     return 0
 
 
-def format_status(row: dict[str, Any]) -> str:
+def format_overview(row: dict[str, Any], max_age_s: float) -> str:
+    by_status = row["by_status"] or {}
+    counts = "  ".join(f"{k} {v}" for k, v in sorted(by_status.items())) or "none"
+    return "\n".join(
+        [
+            f"mail rows: {counts}",
+            f"stale confirmations (older than {max_age_s:g}s, no mail): "
+            f"{row['stale_last_day']} in the last day, {row['stale_total']} kept"
+            + (f", latest {row['last_stale_at']}" if row["last_stale_at"] else ""),
+        ]
+    )
+
+
+def format_stale(events: list[dict[str, Any]], max_age_s: float) -> list[str]:
+    return [
+        f"  stale {e['event_type']} {e['event_id']}: occurred {e['occurred_at']}, arrived "
+        f"{e['age_s']:.0f}s later (> {max_age_s:g}s): not mailed"
+        for e in events
+    ]
+
+
+def format_status(row: dict[str, Any], max_age_s: float = 0.0) -> str:
+    if row["status"] == "stale":
+        return "\n".join(
+            [
+                f"{row['dedupe_key']}: no mail: every event for it arrived too old to act on",
+                *format_stale(row["stale_events"], max_age_s),
+            ]
+        )
     lines = [
         f"{row['dedupe_key']}: {row['status']}"
         + (" (tombstone: cancelled before it was created)" if row["tombstone"] else "")
@@ -217,6 +256,7 @@ def format_status(row: dict[str, Any]) -> str:
         )
     for rel in row["related"]:
         lines.append(f"  related {rel['dedupe_key']}: {rel['status']}")
+    lines += format_stale(row.get("stale_events") or [], max_age_s)
     return "\n".join(lines)
 
 

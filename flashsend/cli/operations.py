@@ -57,6 +57,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r = dsub.add_parser(
         "replay",
         help="after fixing the cause: put dead letters back on their topic (consumers dedupe)",
+        description="A record's letter goes back to its topic and partition with its key, "
+        "value and headers. A letter of the SNS webhook (origin: an SNS topic ARN, value: the "
+        "raw SES notification) is parsed again and its ses_event records go to mail.events, "
+        "as the webhook would have produced them; nothing is replayed while one of the chosen "
+        "letters is still unreadable. Every replay is recorded in dlq_replays.",
+        epilog="examples:\n  flashsend dlq replay --all --dry-run\n"
+        "  flashsend dlq replay 0:12 0:13 --reason 'campaign 42 restored' --yes\n"
+        "  flashsend dlq replay --dead-reason no_recipients --reason 'parser fixed' --yes",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     r.add_argument("refs", nargs="*", help="OFFSET or PARTITION:OFFSET (or --all / --reason)")
     r.add_argument("--all", action="store_true", help="every letter not replayed yet")
@@ -155,8 +164,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _decode(settings: Settings, letter: Any) -> dict[str, Any] | str:
     from producers.replay import bindings
-    from schemas.serde import AvroCodec, SerdeError, registry_client
+    from schemas.serde import AvroCodec, RegistryUnavailable, SerdeError, registry_client
 
+    if letter.from_sns:  # the SNS webhook's: the raw SES notification
+        try:
+            return dict(json.loads(letter.value or b""))
+        except (ValueError, TypeError) as exc:
+            return f"(SES notification, not JSON: {exc})"
     schema = next((b.schema for b in bindings(settings) if b.topic == letter.topic), None)
     if schema is None:
         return "(no contract known for this topic)"
@@ -164,6 +178,8 @@ def _decode(settings: Settings, letter: Any) -> dict[str, Any] | str:
         return AvroCodec(registry_client(settings.schema_registry_url), schema).decode(letter.value)
     except SerdeError as exc:
         return f"(not decodable: {exc})"
+    except RegistryUnavailable as exc:
+        return f"(schema registry unavailable, try again: {exc})"
 
 
 def cmd_dlq_show(args: argparse.Namespace) -> int:
@@ -208,7 +224,12 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
     skipped = [x for x in chosen if (x.dlq_partition, x.dlq_offset) in done and not args.again]
     chosen = [x for x in chosen if x not in skipped]
     for x in chosen:
-        print(f"  {x.ref:<8} {x.reason:<20} -> {x.topic}[{x.partition}] (was @{x.offset})")
+        where = (
+            f"{settings.topic_mail_events} as the webhook would (from {x.topic})"
+            if x.from_sns
+            else f"{x.topic}[{x.partition}] (was @{x.offset})"
+        )
+        print(f"  {x.ref:<8} {x.reason:<20} -> {where}")
     print(f"{len(chosen)} letter(s) to replay; {len(skipped)} already replayed (--again)")
     if not chosen or args.dry_run:
         return 0

@@ -49,6 +49,32 @@ ON CONFLICT (dedupe_key) DO UPDATE
 RETURNING new.id, new.dedupe_key, new.ref, new.status, old.status AS old_status,
           (old.id IS NULL) AS tombstone, new.attempts, new.provider_id;
 
+-- name: record_stale_event
+-- A confirmation too old to act on (mail_logic.StaleEvent), in the ingest transaction. ON
+-- CONFLICT DO NOTHING on the event id: a redelivery records nothing twice, and two workers
+-- inserting the same event serialise on the primary key.
+INSERT INTO mail_stale_events (event_id, dedupe_key, ref, event_type, occurred_at, age_s)
+VALUES (%(event_id)s, %(dedupe_key)s, %(ref)s, %(event_type)s, %(occurred_at)s, %(age_s)s)
+ON CONFLICT (event_id) DO NOTHING
+RETURNING event_id;
+
+-- name: stale_events_by_key
+-- Read-only (support): the stale events recorded for one dedupe key, newest first.
+SELECT event_id, event_type, occurred_at, age_s, recorded_at
+  FROM mail_stale_events WHERE dedupe_key = %(dedupe_key)s
+ ORDER BY recorded_at DESC LIMIT 20;
+
+-- name: mail_overview
+-- Read-only (operators): mail rows by status, and the stale events recorded in the last day
+-- and in all (within the retention). A count over `mail` is a sequential scan; it is an
+-- operator's command, not a hot path.
+SELECT (SELECT coalesce(jsonb_object_agg(status, n), '{}'::jsonb)
+          FROM (SELECT status, count(*) AS n FROM mail GROUP BY status) AS s) AS by_status,
+       (SELECT count(*) FROM mail_stale_events
+         WHERE recorded_at > now() - interval '1 day') AS stale_last_day,
+       (SELECT count(*) FROM mail_stale_events) AS stale_total,
+       (SELECT max(recorded_at) FROM mail_stale_events) AS last_stale_at;
+
 -- name: claim_due_mail
 -- Due rows (send_after passed), not cancel-requested, plus rows whose lease expired for
 -- at-least-once templates (the worker died mid-call; at-most-once rows go to `unknown` in
@@ -61,15 +87,19 @@ RETURNING new.id, new.dedupe_key, new.ref, new.status, old.status AS old_status,
 -- reasons that say "this mailbox must not get mail at all" block transactional mail: a hard
 -- bounce, a complaint, or an operator's manual block. A marketing-only reason such as
 -- 'unsubscribe' does not (an order confirmation still goes to someone who opted out of
--- newsletters). A blocked row ends in this same statement, with no SES call and no new token:
--- `failed` with last_error 'suppressed:<reason>' when nothing can have gone out; `unknown` when
--- an earlier attempt may have delivered it (an expired lease, or a retry after no answer), the
--- same rule as everywhere else. The caller writes its EmailFailed in the same transaction.
+-- newsletters). Templates in %(exempt)s (legally required mail) are not blocked by a bounce
+-- or a complaint, only by a manual block. A blocked row ends in this same statement, with no
+-- SES call and no new token: `suppressed` with last_error 'suppressed:<reason>' when nothing
+-- can have gone out; `unknown` when an earlier attempt may have delivered it (an expired lease,
+-- or a retry after no answer), the same rule as everywhere else. The caller writes its
+-- EmailFailed in the same transaction.
 WITH due AS (
     SELECT id,
            (SELECT s.reason FROM email_suppressions s
              WHERE s.email = lower(btrim(mail.to_email))
-               AND s.reason IN ('bounce', 'complaint', 'manual')) AS suppressed
+               AND (s.reason = 'manual'
+                    OR (s.reason IN ('bounce', 'complaint')
+                        AND NOT mail.template = ANY(%(exempt)s::text[])))) AS suppressed
       FROM mail
      WHERE ((status = 'pending' AND send_after <= now())
             OR (status = 'sending' AND locked_until < now() AND delivery = 'at_least_once'))
@@ -82,7 +112,7 @@ UPDATE mail m
    SET status = CASE WHEN due.suppressed IS NULL THEN 'sending'
                      WHEN m.status = 'sending' OR starts_with(m.last_error, 'no_answer:')
                           THEN 'unknown'
-                     ELSE 'failed' END,
+                     ELSE 'suppressed' END,
        attempts = m.attempts + CASE WHEN due.suppressed IS NULL THEN 1 ELSE 0 END,
        claimed_at = now(), updated_at = now(),
        locked_until = CASE WHEN due.suppressed IS NULL
@@ -94,6 +124,17 @@ UPDATE mail m
 RETURNING m.id, m.dedupe_key, m.ref, m.event_id, m.attempts, m.send_errors, m.to_email,
           m.template, m.data, m.delivery, m.created_at, m.occurred_at,
           due.suppressed, m.status, m.cancel_requested, m.provider_id;
+
+-- name: mark_mail_invalid_address
+-- The claimed row's address cannot be sent to (streams.addresses.is_valid_email): it ends
+-- `failed` with last_error 'invalid_address:<why>' and no SES call. Fenced by the token like
+-- every outcome; a cancel that arrived meanwhile makes it `cancelled` (nothing went out).
+UPDATE mail
+   SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'failed' END,
+       cancelled_at = CASE WHEN cancel_requested THEN now() ELSE cancelled_at END,
+       last_error = %(error)s, locked_until = NULL, updated_at = now()
+ WHERE id = %(id)s AND attempts = %(token)s AND status = 'sending'
+RETURNING id, dedupe_key, ref, status, cancel_requested, attempts, provider_id;
 
 -- name: mark_mail_sent
 -- Only the holder of the current token may record the outcome. A late answer for the same
@@ -198,7 +239,7 @@ RETURNING id, dedupe_key;
 DELETE FROM mail
  WHERE id IN (SELECT id FROM mail
                WHERE created_at < %(horizon)s
-                 AND status IN ('sent', 'failed', 'unknown', 'cancelled')
+                 AND status IN ('sent', 'failed', 'unknown', 'cancelled', 'suppressed')
                ORDER BY created_at
                LIMIT %(limit)s);
 
@@ -209,3 +250,11 @@ DELETE FROM mail_outbox
                  AND (published_at IS NOT NULL OR dead_at IS NOT NULL)
                ORDER BY id
                LIMIT %(limit)s);
+
+-- name: purge_mail_stale_events
+-- Same horizon as the mail rows; a batch at a time.
+DELETE FROM mail_stale_events
+ WHERE event_id IN (SELECT event_id FROM mail_stale_events
+                     WHERE recorded_at < %(horizon)s
+                     ORDER BY recorded_at
+                     LIMIT %(limit)s);

@@ -137,6 +137,7 @@ def store_for(settings: Settings, pool: AsyncConnectionPool) -> MailStore:
         group_id=settings.group_mail,
         topic=settings.topic_order_events,
         lifecycle_topic=settings.topic_mail_events,
+        suppression_exempt=settings.mail_suppression_exempt_templates,
     )
 
 

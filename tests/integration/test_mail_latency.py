@@ -6,32 +6,35 @@ from flashsend.lab.mail_bench import BenchOptions, percentile, run_bench
 from tests.conftest import LocalStack
 from tests.integration.mail_fixtures import mail_settings
 
+CAMPAIGN_RATE = 600.0
+
 
 def test_confirmation_latency_while_a_600_per_s_campaign_runs(stack: LocalStack) -> None:
     """Campaign workers at 600/s and the mail worker share the SES account (MaxSendRate =
     600 + the transactional reserve + 50) and this 2-core machine. Confirmations keep their
     own configuration set and rate share: none is throttled (one attempt each) and the
-    commit → SES-accepted latency stays low while the campaign really runs at its rate."""
+    commit → SES-accepted latency stays low while the campaign really runs at its rate —
+    measured at the stand-in: the campaign reached 85 % of 600/s before the first order and
+    averaged at least 80 % of it over the order window (a latency measured beside a campaign
+    that is not sending proves nothing)."""
     settings = mail_settings(stack)
     result = run_bench(
         settings,
         BenchOptions(
             orders=40,
             order_rate=8.0,
-            campaign_rate=600.0,
-            users=16_000,
+            campaign_rate=CAMPAIGN_RATE,
+            users=30_000,
             timeout_s=120.0,
-            ramp_timeout_s=25.0,
+            ramp_timeout_s=45.0,
         ),
         log=lambda _m: None,
     )
     assert result["orders"] == 40
     assert result["mail_attempts_max"] == 1, result
-    # The campaign really runs during the whole order window. How close it gets to its
-    # 600/s here depends on the campaign sender and on the machine's load (a shared 2-core
-    # box); `flashsend mail bench` waits for the full rate and reports the figure.
+    assert result["campaign_reached_rate_before_orders"] is True, result
+    assert result["campaign_sent_per_s_during_orders"] >= 0.8 * CAMPAIGN_RATE, result
     assert result["campaign_min_per_s_during_orders"] > 0, result
-    assert result["campaign_sent_per_s_during_orders"] > 50, result
     assert result["latency_ms"]["p99"] < 1500, result
     assert result["latency_ms"]["median"] < 500, result
 

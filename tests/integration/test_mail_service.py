@@ -248,11 +248,17 @@ def test_cancel_event_arrives_before_create_event(env: Env) -> None:
 
 
 def test_poison_goes_to_dlq_and_the_partition_keeps_flowing(env: Env) -> None:
-    """Trap 5/6: garbage, an unknown version and an unknown type go to the DLQ at once; a
-    stale event (the replay trap) is ignored; the valid event behind them is mailed."""
+    """Trap 5/6: garbage, an unknown version, an unknown type and fields outside their domain
+    (occurred_at 1e18, which raised in the agent: a crash loop; a non-UUID event_id, which
+    failed the uuid column and was retried forever; send_after in microseconds) go to the DLQ
+    at once; a stale confirmation (the replay trap) creates no mail but is recorded and shown
+    by `flashsend mail status`; a cancel three days old is applied (its delayed mail never
+    goes); the valid event behind them all is mailed."""
     codec = order_codec(env.settings)
     base = 800_000 + int(time.time()) % 100_000
-    good_to, stale_to = address("good"), address("stale")
+    good_to, stale_to, delayed_to = address("good"), address("stale"), address("delayed")
+    now_ms = int(time.time() * 1000)
+    three_days_ago = now_ms - 3 * 86_400_000
     produce(
         env.settings,
         [
@@ -263,12 +269,31 @@ def test_poison_goes_to_dlq_and_the_partition_keeps_flowing(env: Env) -> None:
                 b"x",
                 codec.encode(
                     order_event(
-                        "OrderConfirmed",
-                        base + 2,
-                        email=stale_to,
-                        occurred_at=int((time.time() - 3 * 86400) * 1000),
+                        "OrderConfirmed", base + 2, email=stale_to, occurred_at=three_days_ago
                     )
                 ),
+            ),
+            (b"x", codec.encode(order_event("OrderConfirmed", base + 4, occurred_at=10**18))),
+            (b"x", codec.encode(order_event("OrderConfirmed", base + 5, event_id="order-5"))),
+            (
+                b"x",
+                codec.encode(
+                    order_event(
+                        "OrderConfirmed", base + 6, email=address(), send_after=now_ms * 1000
+                    )
+                ),
+            ),
+            (
+                b"x",
+                codec.encode(
+                    order_event(
+                        "OrderConfirmed", base + 7, email=delayed_to, send_after=now_ms + 600_000
+                    )
+                ),
+            ),
+            (
+                b"x",
+                codec.encode(order_event("OrderCancelled", base + 7, occurred_at=three_days_ago)),
             ),
             (b"x", codec.encode(order_event("OrderConfirmed", base + 3, email=good_to))),
         ],
@@ -277,11 +302,43 @@ def test_poison_goes_to_dlq_and_the_partition_keeps_flowing(env: Env) -> None:
     wait_mail(env, f"order-confirmed:{base + 3}", "sent")
     reasons = sorted(
         dict(m.headers())["flashsend.reason"].decode()
-        for m in read_topic(env.settings, env.settings.topic_dlq, 3)
+        for m in read_topic(env.settings, env.settings.topic_dlq, 6)
     )
-    assert reasons == ["not_avro", "unknown_event_type", "unsupported_version"]
+    assert reasons == [
+        "bad_event_id",
+        "bad_timestamp",
+        "bad_timestamp",
+        "not_avro",
+        "unknown_event_type",
+        "unsupported_version",
+    ]
     assert mail_row(env.settings, f"order-confirmed:{base + 2}") is None
     assert provider_messages(env.settings, stale_to) == []
+    delayed = mail_row(env.settings, f"order-confirmed:{base + 7}")
+    assert delayed is not None and delayed["status"] == "cancelled"
+    assert provider_messages(env.settings, delayed_to) == []
+    with psycopg.connect(env.settings.pg_dsn) as conn:
+        stale = conn.execute(
+            "SELECT event_type, age_s FROM mail_stale_events WHERE dedupe_key = %s",
+            (f"order-confirmed:{base + 2}",),
+        ).fetchall()
+    assert len(stale) == 1 and stale[0][0] == "OrderConfirmed" and stale[0][1] > 2.9 * 86_400
+    shown = cli(env, "mail", "status", f"order-confirmed:{base + 2}")
+    assert "no mail: every event for it arrived too old to act on" in shown, shown
+    overview = cli(env, "mail", "status")
+    assert "stale confirmations" in overview and "0 in the last day" not in overview, overview
+
+
+def cli(env: Env, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "flashsend.cli", *args],
+        env={**os.environ, **settings_env(env.settings)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def test_monolith_row_and_database_outage(env: Env) -> None:

@@ -285,7 +285,8 @@ def test_cancel_race_three_orders(ms: Settings) -> None:
 
     def claim(key: str, hold: float = 0.0) -> list[Any]:
         with psycopg.connect(ms.pg_dsn) as conn, conn.transaction():
-            rows = conn.execute(claim_sql, {"limit": 1, "lease_s": 30, "key": key}).fetchall()
+            params = {"limit": 1, "lease_s": 30, "key": key, "exempt": []}
+            rows = conn.execute(claim_sql, params).fetchall()
             time.sleep(hold)
             return rows
 

@@ -323,9 +323,9 @@ def test_suppressed_addresses_get_no_transactional_mail(ms: Settings) -> None:
     someone who opted out of newsletters. Checked at the claim (a suppression arriving after
     the enqueue — here all of them — still counts), by normalised address (the rows are in
     mixed case, the suppressions lower case, as the feedback agent writes them). A blocked row
-    ends `failed` with last_error 'suppressed:<reason>' and an EmailFailed carrying that reason,
-    with no SES call; a row whose lease expired (an earlier call may have delivered it) ends
-    `unknown` instead.
+    ends `suppressed` with last_error 'suppressed:<reason>' and an EmailFailed (mail_status
+    'suppressed') carrying that reason, with no SES call; a row whose lease expired (an earlier
+    call may have delivered it) ends `unknown` instead.
 
     Naive version (the claim before this change): nothing looks at email_suppressions, SES is
     called for every row, and this test finds messages for the blocked addresses."""
@@ -354,7 +354,7 @@ def test_suppressed_addresses_get_no_transactional_mail(ms: Settings) -> None:
                 "INSERT INTO email_suppressions (email, reason, source_event) VALUES (%s, %s, %s)",
                 (to[t].lower(), reason, "test"),
             )
-    done = ("sent", "failed", "unknown")
+    done = ("sent", "suppressed", "unknown")
     _, sender = with_sender(
         ms,
         lambda: wait_for("all ended", lambda: all(status(ms, f"supp:{t}") in done for t in tags)),
@@ -368,7 +368,11 @@ def test_suppressed_addresses_get_no_transactional_mail(ms: Settings) -> None:
         "clean": 1,
         "expired": 0,  # the dead worker never called SES here; the stand-in is the witness
     }
-    for t, want in (("bounce", "failed"), ("complaint", "failed"), ("manual", "failed")):
+    for t, want in (
+        ("bounce", "suppressed"),
+        ("complaint", "suppressed"),
+        ("manual", "suppressed"),
+    ):
         row = mail_row(ms, f"supp:{t}")
         assert row and (row["status"], row["last_error"], row["attempts"]) == (
             want,
@@ -378,7 +382,7 @@ def test_suppressed_addresses_get_no_transactional_mail(ms: Settings) -> None:
         ((event, payload),) = outbox_events(ms, f"supp:{t}")
         assert (event, payload["mail_status"], payload["reason"]) == (
             "EmailFailed",
-            "failed",
+            "suppressed",
             f"suppressed:{t}",
         )
     row = mail_row(ms, "supp:expired")
@@ -406,12 +410,87 @@ def test_support_resend_to_a_suppressed_address_is_blocked_too(ms: Settings) -> 
         conn.execute(
             "INSERT INTO email_suppressions (email, reason) VALUES (lower(%s), 'bounce')", (to,)
         )
-    with_sender(ms, lambda: wait_for("ended", lambda: status(ms, "supp-resend:1") == "failed"))
+    with_sender(ms, lambda: wait_for("ended", lambda: status(ms, "supp-resend:1") == "suppressed"))
     with psycopg.connect(ms.pg_dsn) as conn, conn.transaction():
         again = resend_mail(conn, "supp-resend:1")
-    with_sender(ms, lambda: wait_for("ended", lambda: status(ms, again.dedupe_key) == "failed"))
+    with_sender(ms, lambda: wait_for("ended", lambda: status(ms, again.dedupe_key) == "suppressed"))
     with psycopg.connect(ms.pg_dsn) as conn, conn.transaction():
         conn.execute("DELETE FROM email_suppressions WHERE email = lower(%s)", (to,))
         third = resend_mail(conn, "supp-resend:1")
     with_sender(ms, lambda: wait_for("sent", lambda: status(ms, third.dedupe_key) == "sent"))
     assert len(provider_messages(ms, to)) == 1
+
+
+def test_legally_required_templates_ignore_bounce_and_complaint_but_not_a_manual_block(
+    stack: LocalStack,
+) -> None:
+    """FLASHSEND_MAIL_SUPPRESSION_EXEMPT_TEMPLATES: mail the law requires (here the
+    confirmation template stands for it) still goes to a hard-bounced or complaining address;
+    an operator's manual block still stops it, and any other template is still blocked.
+    Naive version: one rule for every template (the exempt mail is `suppressed`, or nothing is)."""
+    ms = mail_settings(stack, mail_suppression_exempt_templates=("order_confirmation",))
+    put_templates(ms)
+    cases = {  # key: (template, suppression reason)
+        "legal-bounce": ("order_confirmation", "bounce"),
+        "legal-complaint": ("order_confirmation", "complaint"),
+        "legal-manual": ("order_confirmation", "manual"),
+        "other-bounce": ("receipt_not_in_ses", "bounce"),
+    }
+    to = {key: address(key) for key in cases}
+    with psycopg.connect(ms.pg_dsn) as conn, conn.transaction():
+        for key, (template, reason) in cases.items():
+            enqueue_mail(conn, f"exempt:{key}", to[key], template, DATA)
+            conn.execute(
+                "INSERT INTO email_suppressions (email, reason) VALUES (lower(%s), %s)",
+                (to[key], reason),
+            )
+    ended = ("sent", "suppressed", "failed", "unknown")
+    with_sender(
+        ms,
+        lambda: wait_for(
+            "all ended", lambda: all(status(ms, f"exempt:{k}") in ended for k in cases)
+        ),
+    )
+    assert {k: status(ms, f"exempt:{k}") for k in cases} == {
+        "legal-bounce": "sent",
+        "legal-complaint": "sent",
+        "legal-manual": "suppressed",
+        "other-bounce": "suppressed",
+    }
+    assert {k: len(provider_messages(ms, to[k])) for k in cases} == {
+        "legal-bounce": 1,
+        "legal-complaint": 1,
+        "legal-manual": 0,
+        "other-bounce": 0,
+    }
+
+
+def test_an_invalid_address_ends_failed_without_a_call_and_the_rest_go(ms: Settings) -> None:
+    """Transactional mail runs the same address check as campaigns
+    (streams.addresses.is_valid_email) before SendEmail: an address SES must not be given ends
+    `failed` with 'invalid_address:<why>' and an EmailFailed the order service hears, with no
+    call; the mail behind it is sent. Naive version: the call is made (SES refuses it, or the
+    stand-in takes it) and the row's reason says nothing about the address."""
+    bad = {"dotless": "lan@example", "dots": "lan..tran@example.com", "space": "lan @example.com"}
+    good = address("valid")
+    with psycopg.connect(ms.pg_dsn) as conn, conn.transaction():
+        for key, to in bad.items():
+            enqueue_mail(conn, f"addr:{key}", to, "order_confirmation", DATA)
+        enqueue_mail(conn, "addr:good", good, "order_confirmation", DATA)
+    keys = [*(f"addr:{k}" for k in bad), "addr:good"]
+    _, sender = with_sender(
+        ms,
+        lambda: wait_for("ended", lambda: all(status(ms, k) in ("sent", "failed") for k in keys)),
+    )
+    why = {"dotless": "bad_domain", "dots": "bad_local", "space": "whitespace"}
+    for key, to in bad.items():
+        row = mail_row(ms, f"addr:{key}")
+        assert row and (row["status"], row["last_error"]) == (
+            "failed",
+            f"invalid_address:{why[key]}",
+        )
+        ((event, payload),) = outbox_events(ms, f"addr:{key}")
+        assert (event, payload["reason"]) == ("EmailFailed", f"invalid_address:{why[key]}")
+        assert provider_messages(ms, to) == []
+    assert status(ms, "addr:good") == "sent" and len(provider_messages(ms, good)) == 1
+    assert (sender.stats.invalid_address, sender.stats.sent) == (3, 1)

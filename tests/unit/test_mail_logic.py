@@ -22,9 +22,9 @@ from streams.mail_logic import (
     CreateMail,
     Decision,
     Delivery,
-    Ignore,
     Next,
     Poison,
+    StaleEvent,
     cancel_events,
     cancel_result,
     check_lease,
@@ -101,9 +101,48 @@ def test_poison_is_named_never_raised(fields: dict[str, Any], reason: str) -> No
 
 
 def test_stale_events_are_ignored() -> None:
-    """The replay trap: an offset reset re-reads last week's events; they must not mail."""
-    assert isinstance(parse(event(occurred_at=NOW_MS - 2 * 86_400_000)), Ignore)
+    """The replay trap: an offset reset re-reads last week's events; they must not mail. The
+    stale confirmation says which key it was for (recorded for `flashsend mail status`)."""
+    stale = parse(event(occurred_at=NOW_MS - 2 * 86_400_000))
+    assert isinstance(stale, StaleEvent)
+    assert (stale.dedupe_key, stale.ref, stale.event_type) == (
+        "order-confirmed:42",
+        "42",
+        "OrderConfirmed",
+    )
+    assert stale.age_s == 2 * 86_400
     assert isinstance(parse(event(occurred_at=NOW_MS - 2 * 86_400_000), max_age_s=0), CreateMail)
+
+
+@pytest.mark.parametrize("age_days", [1.5, 7, 365])
+def test_cancels_of_any_age_are_applied(age_days: float) -> None:
+    """A cancel replayed the next day (from the DLQ, after an outage) must still stop the
+    delayed mail of a cancelled order: only confirmations obey the age rule. Naive version:
+    the age check ran before the cancel branch and dropped it as stale."""
+    old = int(NOW_MS - age_days * 86_400_000)
+    cmd = parse(event(event_type="OrderCancelled", email=None, occurred_at=old))
+    assert isinstance(cmd, CancelMail) and cmd.keys == ["order-confirmed:42"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"event_id": "order-42"}, "bad_event_id"),
+        ({"occurred_at": 10**18}, "bad_timestamp"),
+        ({"occurred_at": NOW_MS * 1000}, "bad_timestamp"),  # microseconds
+        ({"occurred_at": NOW_MS // 1000}, "bad_timestamp"),  # seconds
+        ({"send_after": 10**18}, "bad_timestamp"),
+        ({"send_after": NOW_MS // 1000}, "bad_timestamp"),
+        ({"customer_name": "Lan\x00"}, "bad_text"),
+        ({"dedupe_key": "k" * 3000}, "bad_key"),
+        ({"template": "t" * 65}, "bad_key"),
+    ],
+)
+def test_fields_out_of_their_domain_are_poison(fields: dict[str, Any], reason: str) -> None:
+    """A value the columns or datetime cannot hold is dead-lettered with a reason, never
+    raised in the agent (a crash loop) nor sent to PostgreSQL (retried forever)."""
+    result = parse(event(**fields))
+    assert isinstance(result, Poison) and result.reason == reason, result
 
 
 POLICY = RetryPolicy(3, base=1.0, cap=10.0)

@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
+from producers.ses_events import parse_ses_message
 from producers.sns_sign import (
     build_notification,
     build_subscription_confirmation,
@@ -34,6 +37,7 @@ from producers.sns_verify import (
     parse_sns_body,
     string_to_sign,
 )
+from streams.feedback_logic import ses_effect
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "sns" / "ses_bounce_notification.json"
 TOPIC = "arn:aws:sns:us-east-1:123456789012:flashsend-ses-events"
@@ -477,27 +481,62 @@ def test_malformed_fields(key: tuple[bytes, bytes]) -> None:
 
 
 def test_aws_shaped_ses_bounce_fixture(key: tuple[bytes, bytes]) -> None:
-    body = FIXTURE.read_bytes()
-    msg = parse_sns_body(body, "Notification")
-    assert msg.topic_arn == TOPIC
-    assert msg.subject is None
-    assert msg.unsubscribe_url is not None and "Action=Unsubscribe" in msg.unsubscribe_url
-    event = json.loads(msg.message)
-    assert event["eventType"] == "Bounce"
-    assert event["bounce"]["bounceType"] == "Permanent"
-    assert event["mail"]["tags"]["campaign"] == ["42"]
-    assert event["mail"]["tags"]["seq"] == ["7"]
+    """An SES bounce notification shaped as AWS delivers it, signed the way AWS documents it
+    (string to sign written out here, not produced by our signer, which shares the verifier's
+    canonical form and would agree with any bug in it): accepted with SignatureVersion 1 and 2;
+    a change to any signed field is rejected; its message becomes the ses_event record the
+    webhook publishes and the suppression the feedback agent writes.
 
-    # Production policy (AWS hosts only); our certificate stands in for the one at that URL.
+    Naive versions caught: a canonical form missing a key or in another order (the documented
+    signature fails), a verifier that does not cover a field (the tampered copy passes)."""
+    envelope = json.loads(FIXTURE.read_bytes())
+    assert envelope["TopicArn"] == TOPIC and "Subject" not in envelope
+    documented = (  # AWS: Message, MessageId, Subject (absent here), Timestamp, TopicArn, Type
+        f"Message\n{envelope['Message']}\nMessageId\n{envelope['MessageId']}\n"
+        f"Timestamp\n{envelope['Timestamp']}\nTopicArn\n{envelope['TopicArn']}\n"
+        "Type\nNotification\n"
+    ).encode()
+    private = serialization.load_pem_private_key(key[0], password=None)
+    assert isinstance(private, rsa.RSAPrivateKey)
+    signing_cert_url = envelope["SigningCertURL"]
     verifier = SnsVerifier(
-        VerifierPolicy(frozenset({TOPIC})), StaticCertificateSource({msg.signing_cert_url: key[1]})
+        VerifierPolicy(frozenset({TOPIC, OTHER_TOPIC})),
+        StaticCertificateSource({signing_cert_url: key[1]}),
     )
-    now = msg.published_at + timedelta(seconds=1)
-    with pytest.raises(SnsRejected, match="bad_signature"):  # AWS's placeholder signature
+    published = datetime.fromisoformat(envelope["Timestamp"].replace("Z", "+00:00"))
+    now = published + timedelta(seconds=1)
+    for version, digest in ((1, hashes.SHA1()), (2, hashes.SHA256())):
+        signature = base64.b64encode(private.sign(documented, padding.PKCS1v15(), digest))
+        signed = {**envelope, "SignatureVersion": str(version), "Signature": signature.decode()}
+        msg = parse_sns_body(json.dumps(signed).encode(), "Notification")
         verifier.verify(msg, now=now)
-    for version in (1, 2):
-        resigned = sign_message(json.loads(body), key[0], version)
-        verifier.verify(parse_sns_body(json.dumps(resigned).encode(), "Notification"), now=now)
+        changes = {
+            "Message": envelope["Message"].replace("Permanent", "Transient"),
+            "MessageId": envelope["MessageId"][:-1] + "0",
+            "Timestamp": envelope["Timestamp"].replace(".789Z", ".788Z"),
+            "TopicArn": OTHER_TOPIC,
+        }
+        for field_name, value in changes.items():
+            tampered = parse_sns_body(
+                json.dumps({**signed, field_name: value}).encode(), "Notification"
+            )
+            with pytest.raises(SnsRejected, match="bad_signature"):
+                verifier.verify(tampered, now=now)
+
+    records = parse_ses_message(
+        msg.message, sns_message_id=msg.message_id, received_at_ms=int(now.timestamp() * 1000)
+    )
+    assert [
+        (r["recipient"], r["event_type"], r["bounce_type"], r["campaign_id"], r["seq"])
+        for r in records
+    ] == [("recipient@example.com", "Bounce", "Permanent", 42, 7)]
+    effect = ses_effect(records[0])
+    assert (effect.email, effect.suppress_reason, effect.counter, effect.campaign_id) == (
+        "recipient@example.com",
+        "bounce",
+        "bounced",
+        42,
+    )
 
 
 # --- what the verifier keeps between messages ------------------------------------------------
