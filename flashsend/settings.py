@@ -33,6 +33,10 @@ class Settings(BaseSettings):
     kafka_bootstrap: str = ""  # empty: the local broker on kafka_port
     kafka_heap_mb: int = 512
     partitions: int = 12
+    # Replicas per partition of the topics we create, and how many must acknowledge a write
+    # (producers use acks=all). Checked against the broker count at start. Production: 3 and 2.
+    topic_replication_factor: int = 1
+    topic_min_insync_replicas: int = 1
 
     # PostgreSQL (local: embedded server on pg_port; external: set pg_dsn).
     pg_port: int = 15432
