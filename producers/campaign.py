@@ -22,8 +22,8 @@ from flashsend.errors import FlashsendError, NotFound, UsageError
 from flashsend.settings import Settings
 from producers.doorbells import DoorbellProducer
 from producers.topics import Replication, ensure_topics
+from schemas import serde
 from schemas.doorbell import DOORBELL_BATCH_RECORDS, DoorbellWriter
-from schemas.serde import AvroCodec, registry_client
 from sinks import recipient_partitions as partitions
 from sinks.queries import query
 from sinks.ses import SesCallFailed, SesSender, make_client
@@ -139,7 +139,7 @@ def produce_pending(
         {settings.topic_recipients: settings.partitions, settings.topic_dlq: 1},
         replication=Replication.of(settings),
     )
-    codec = AvroCodec(registry_client(settings.schema_registry_url), "campaign_recipient")
+    codec = serde.codec(settings, "campaign_recipient")
     producer = Producer(
         {
             "bootstrap.servers": settings.kafka_bootstrap,

@@ -36,6 +36,7 @@ import psycopg
 from confluent_kafka import KafkaError, KafkaException, Producer
 from psycopg import sql
 
+from flashsend.errors import FlashsendError
 from schemas.serde import AvroCodec, registry_client
 from sinks.queries import query
 from streams.backoff import backoff_delay
@@ -82,6 +83,8 @@ class RelayConfig:
     table: str  # "outbox" (order service) or "mail_outbox" (mail service)
     bootstrap: str
     registry_url: str
+    registry_auto_register: bool = False  # only on the local stack (schemas.serde.schema_id)
+    schema_compatibility: str = "FULL"
     notify_channel: str | None = None  # LISTEN for a doorbell; the relay polls anyway
     batch: int = 100
     poll_s: float = 0.5
@@ -206,6 +209,9 @@ class OutboxRelay:
             row_id = int(row[0])
             try:
                 value, headers = self._encode(row)
+            except FlashsendError as exc:  # the registry, not the row: wait, spend no budget
+                failure = (row_id, f"encode: {exc}", True)
+                break
             except Exception as exc:  # fastavro raises many types for a payload off-schema
                 failure = (row_id, f"encode: {type(exc).__name__}: {exc}", False)
                 break
@@ -295,7 +301,12 @@ class OutboxRelay:
         ) = row
         codec = self._codecs.get(schema_name)
         if codec is None:
-            codec = AvroCodec(registry_client(self.config.registry_url), schema_name)
+            codec = AvroCodec(
+                registry_client(self.config.registry_url),
+                schema_name,
+                auto_register=self.config.registry_auto_register,
+                compatibility=self.config.schema_compatibility,
+            )
             self._codecs[schema_name] = codec
         record = {
             **payload,

@@ -26,7 +26,7 @@ from flashsend.logs import logging_config
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
 from producers.mail_topics import ensure_mail_topics
-from schemas.serde import AvroCodec, registry_client
+from schemas import serde
 from sinks.feedback_store import FeedbackStore
 from sinks.offsets import Assignment
 from streams import faust_offsets
@@ -66,11 +66,10 @@ class FeedbackRuntime:
                 topic=s.topic_mail_events,
                 thresholds=deliverability.thresholds(s),
             )
-            registry = registry_client(s.schema_registry_url)
             self.ingest = FeedbackIngest(
                 store=self.store,
-                ses_codec=AvroCodec(registry, "ses_event"),
-                unsubscribed_codec=AvroCodec(registry, "unsubscribed"),
+                ses_codec=serde.codec(s, "ses_event"),
+                unsubscribed_codec=serde.codec(s, "unsubscribed"),
                 dlq=DeadLetterProducer(s.kafka_bootstrap, s.topic_dlq),
             )
             self._purge_task = asyncio.create_task(self._purge_loop(), name="feedback-purge")

@@ -155,13 +155,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _decode(settings: Settings, letter: Any) -> dict[str, Any] | str:
     from producers.replay import bindings
-    from schemas.serde import AvroCodec, SerdeError, registry_client
+    from schemas.serde import SerdeError, codec
 
     schema = next((b.schema for b in bindings(settings) if b.topic == letter.topic), None)
     if schema is None:
         return "(no contract known for this topic)"
     try:
-        return AvroCodec(registry_client(settings.schema_registry_url), schema).decode(letter.value)
+        return codec(settings, schema).decode(letter.value)
     except SerdeError as exc:
         return f"(not decodable: {exc})"
 
