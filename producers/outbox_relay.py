@@ -36,6 +36,7 @@ import psycopg
 from confluent_kafka import KafkaError, KafkaException, Producer
 from psycopg import sql
 
+from flashsend import metrics
 from flashsend.errors import FlashsendError
 from schemas.serde import AvroCodec, registry_client
 from sinks.queries import query
@@ -242,6 +243,7 @@ class OutboxRelay:
             elif failure is None or row_id < failure[0]:
                 code = err.code() if err is not None else None
                 failure = (row_id, f"ack: {err or 'no ack'}", is_transient(code))
+        metrics.count_published(self.config.table, result.published)
         self.stats.published += result.published
         if failure is not None:
             self._record_failure(conn, failure, result)

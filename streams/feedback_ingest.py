@@ -114,8 +114,12 @@ class FeedbackIngest:
         if dead:
             await self._retry(self.dlq.publish, dead)
             self.stats["dead"] += len(dead)
+            metrics.count_dead_letters(self.dlq.topic, (d.reason for d in dead))
         outcome: ApplyOutcome = await self._retry(self.store.apply, list(spans.values()), effects)
         self._account(outcome)
+        metrics.count_feedback_effects(
+            (e.campaign_id, e.counter) for batch in effects.values() for _, e in batch
+        )
         return outcome
 
     def _account(self, outcome: ApplyOutcome) -> None:
