@@ -119,6 +119,14 @@ def codec(settings: Settings, name: str) -> AvroCodec:
     )
 
 
+def check_registered(settings: Settings, names: tuple[str, ...]) -> None:
+    """At a process's start, before it joins anything: each contract it reads or writes has
+    an id (or may be registered here). Raises ContractNotRegistered, one line for the CLI,
+    instead of an agent crashing later with a traceback."""
+    for name in names:
+        codec(settings, name)
+
+
 def _missing(exc: SchemaRegistryError) -> bool:
     return exc.http_status_code == 404
 

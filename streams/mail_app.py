@@ -266,6 +266,7 @@ def run_mail_worker(settings: Settings, loglevel: str) -> int:
 
     check_mail_settings(settings)
     ensure_mail_topics(settings)
+    serde.check_registered(settings, ("order_event", "mail_lifecycle"))
     (settings.state_dir / "faust").mkdir(parents=True, exist_ok=True)
     app = create_mail_app(settings)
     worker = BoundedShutdownWorker(

@@ -9,8 +9,11 @@ so its own subject. No skip: this machine has a Java >= 21 (find_java looks unde
 from __future__ import annotations
 
 import json
+import os
 import random
 import string
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +25,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from flashsend.settings import Settings
+from flashsend.settings import Settings, settings_env
 from infra.process import free_port
 from infra.registry import SchemaRegistry, find_java
 from producers.topics import ensure_topics
@@ -81,6 +84,28 @@ def _v2_removed_required() -> dict[str, Any]:
     v2 = json.loads(json.dumps(V1))
     v2["fields"] = [f for f in v2["fields"] if f["name"] != "email"]
     return v2
+
+
+@pytest.mark.parametrize(
+    ("role", "contract"),
+    [("campaign", "campaign_recipient"), ("mail", "order_event"), ("feedback", "ses_event")],
+)
+def test_a_worker_outside_the_local_stack_stops_in_one_line_on_an_unregistered_contract(
+    registry: str, settings: Settings, role: str, contract: str
+) -> None:
+    """Runs before any test registers the shipped contracts in this module's registry."""
+    s = settings.model_copy(update={"schema_registry_url": registry, "schema_auto_register": False})
+    run = subprocess.run(
+        [sys.executable, "-m", "flashsend.cli", "worker", "--role", role],
+        env={**os.environ, **settings_env(s)},
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(lines) == 1, run.stderr[-2000:]
+    assert f"{contract}.v" in lines[0] and "flashsend schemas register" in lines[0]
+    assert f"flashsend.{contract}-value" not in registry_client(registry).get_subjects()
 
 
 def test_added_optional_field_passes_removed_required_field_fails(
