@@ -82,6 +82,15 @@ FEEDBACK = Counter(
 WEBHOOK = Counter(
     "flashsend_webhook_requests", "SNS webhook requests by outcome", ["outcome"], registry=REGISTRY
 )
+INGESTED = Counter(
+    "flashsend_events_ingested",
+    "records consumed and handed to the handler, counted per batch",
+    ["topic"],
+    registry=REGISTRY,
+)
+PUBLISHED = Counter(
+    "flashsend_outbox_published", "outbox rows published (acked)", ["table"], registry=REGISTRY
+)
 
 
 class HasStatus(Protocol):
@@ -149,8 +158,57 @@ def count_suppressions(reason: str, n: int = 1) -> None:
 
 
 def count_feedback(campaign: str, event_type: str, n: int = 1) -> None:
-    """event_type: Delivery | Bounce | Complaint | … (campaign: '' for untagged events)."""
+    """event_type: the counter the event feeds (delivered, bounced, complained, …; `other`
+    when none); campaign: '' for untagged events."""
     FEEDBACK.labels(campaign, event_type).inc(n)
+
+
+def count_feedback_effects(effects: Iterable[tuple[int | None, str | None]]) -> None:
+    """One batch of (campaign, counter) pairs: aggregated first, one add per pair."""
+    by_kind: dict[tuple[int | None, str | None], int] = {}
+    for kind in effects:
+        by_kind[kind] = by_kind.get(kind, 0) + 1
+    for (campaign, counter), n in by_kind.items():
+        count_feedback("" if campaign is None else str(campaign), counter or "other", n)
+
+
+def count_ingested(topic: str, n: int) -> None:
+    """Per consumed batch (never per record): the hot campaign path pays one add a batch."""
+    INGESTED.labels(topic).inc(n)
+
+
+def count_published(table: str, n: int) -> None:
+    if n:
+        PUBLISHED.labels(table).inc(n)
+
+
+def declare(
+    *,
+    ses_calls: Iterable[tuple[str, str]] = (),
+    throttle_paths: Iterable[str] = (),
+    mail_statuses: Iterable[str] = (),
+    suppression_reasons: Iterable[str] = (),
+    webhook_outcomes: Iterable[str] = (),
+    ingested_topics: Iterable[str] = (),
+    published_tables: Iterable[str] = (),
+) -> None:
+    """Create a process's series at 0 when it starts. A series that first appears at 1 has no
+    earlier sample, so `increase()` in an alert misses its first event; a zero series also
+    shows on the dashboard that the process is alive and exports it."""
+    for api, result in ses_calls:
+        SES_CALLS.labels(api, result)
+    for path in throttle_paths:
+        THROTTLE_WAIT.labels(path)
+    for status in mail_statuses:
+        MAIL.labels(status)
+    for reason in suppression_reasons:
+        SUPPRESSIONS.labels(reason)
+    for outcome in webhook_outcomes:
+        WEBHOOK.labels(outcome)
+    for topic in ingested_topics:
+        INGESTED.labels(topic)
+    for table in published_tables:
+        PUBLISHED.labels(table)
 
 
 # ---- scrape-time state --------------------------------------------------------------------

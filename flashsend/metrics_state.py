@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.core import GaugeMetricFamily
 from psycopg import sql
 
-from flashsend import metrics
+from flashsend import deliverability, metrics
 from flashsend.settings import Settings
 from sinks.queries import query
 
@@ -141,6 +141,24 @@ def feedback_reader(dsn: str) -> Reader:
     return read
 
 
+def campaign_counts_reader(dsn: str) -> Reader:
+    """Recipients per status of live campaigns (the `unknown` alert reads it)."""
+
+    def read() -> list[GaugeMetricFamily]:
+        g = GaugeMetricFamily(
+            "flashsend_campaign_recipients",
+            "recipients of a live or recently finished campaign, by status",
+            labels=["campaign", "status"],
+        )
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
+            rows = conn.execute(query("metrics_campaign_counts")).fetchall()
+        for cid, status, n in rows:
+            g.add_metric([str(cid), str(status)], float(n))
+        return [g]
+
+    return read
+
+
 def combine(*readers: Reader) -> Reader:
     def read() -> list[GaugeMetricFamily]:
         out: list[GaugeMetricFamily] = []
@@ -154,29 +172,76 @@ def combine(*readers: Reader) -> Reader:
     return read
 
 
-def start(settings: Settings, role: str) -> int | None:
-    """Serve /metrics for a process role (campaign | mail | relay | webhook), if enabled."""
+ROLES = ("campaign", "mail", "feedback", "relay", "webhook")
+
+
+def readers_for(settings: Settings, role: str, marks: Watermarks) -> list[Reader]:
+    """The scrape-time gauges of a process role: its consumer lag per partition, its outbox,
+    the dead-letter topic, and the campaign rates and counts it can see."""
     s = settings
-    if s.metrics_port == 0:
-        return None
-    marks = Watermarks(s.kafka_bootstrap)
-    readers: list[Reader] = []
     if role == "campaign":
-        readers += [
+        return [
             lag_reader(s.pg_dsn, marks, s.group_sender, s.topic_recipients),
             dlq_reader(marks, s.topic_dlq),
             feedback_reader(s.pg_dsn),
+            campaign_counts_reader(s.pg_dsn),
         ]
-    elif role == "mail":
-        readers += [
+    if role == "mail":
+        return [
             lag_reader(s.pg_dsn, marks, s.group_mail, s.topic_order_events),
             outbox_reader(s.pg_dsn, "mail_outbox"),
             dlq_reader(marks, s.topic_dlq),
         ]
+    if role == "feedback":
+        return [
+            lag_reader(s.pg_dsn, marks, deliverability.feedback_app_id(s), s.topic_mail_events),
+            dlq_reader(marks, s.topic_dlq),
+            feedback_reader(s.pg_dsn),
+        ]
+    if role == "relay":
+        return [outbox_reader(s.orders_pg_dsn, "outbox")]
+    if role == "webhook":
+        return [feedback_reader(s.pg_dsn), outbox_reader(s.pg_dsn, "feedback_outbox")]
+    raise ValueError(f"unknown metrics role {role}; one of {ROLES}")
+
+
+def declare(settings: Settings, role: str) -> None:
+    """The role's counters at 0 from the start (flashsend.metrics.declare)."""
+    s = settings
+    if role == "campaign":
+        metrics.declare(
+            ses_calls=[("SendBulkEmail", "ok")],
+            throttle_paths=["campaign"],
+            ingested_topics=[s.topic_recipients],
+        )
+    elif role == "mail":
+        metrics.declare(
+            ses_calls=[("SendEmail", status) for status in ("sent", "retry", "failed", "unknown")],
+            throttle_paths=["mail"],
+            mail_statuses=["sent", "retry", "failed", "unknown", "suppressed"],
+            ingested_topics=[s.topic_order_events],
+            published_tables=["mail_outbox"],
+        )
+    elif role == "feedback":
+        metrics.declare(suppression_reasons=["feedback"], ingested_topics=[s.topic_mail_events])
     elif role == "relay":
-        readers += [outbox_reader(s.orders_pg_dsn, "outbox")]
+        metrics.declare(published_tables=["outbox"])
     elif role == "webhook":
-        readers += [feedback_reader(s.pg_dsn)]
+        metrics.declare(
+            webhook_outcomes=["accepted", "rejected", "bad_request", "error"],
+            published_tables=["feedback_outbox"],
+        )
+
+
+def start(settings: Settings, role: str) -> int | None:
+    """Serve /metrics for a process role (campaign | mail | feedback | relay | webhook), if
+    enabled."""
+    s = settings
+    if s.metrics_port == 0:
+        return None
+    marks = Watermarks(s.kafka_bootstrap)
+    readers = readers_for(s, role, marks)
+    declare(s, role)
     try:
         metrics.install("state", metrics.StateCollector(combine(*readers)))
         return metrics.serve(s.metrics_port, s.metrics_host)

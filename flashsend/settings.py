@@ -9,6 +9,7 @@ service instead of the local stack: set ``FLASHSEND_KAFKA_BOOTSTRAP``, ``FLASHSE
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from psycopg.conninfo import make_conninfo
 from pydantic import SecretStr, model_validator
@@ -16,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "FLASHSEND_"
 # Deliverability: a well-known key, refused when sending through real Amazon SES.
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 LOCAL_UNSUBSCRIBE_KEYS = "local:Zmxhc2hzZW5kLWxvY2FsLW9ubHktdW5zdWJzY3JpYmU="
 
 
@@ -33,6 +35,10 @@ class Settings(BaseSettings):
     kafka_bootstrap: str = ""  # empty: the local broker on kafka_port
     kafka_heap_mb: int = 512
     partitions: int = 12
+    # Replicas per partition of the topics we create, and how many must acknowledge a write
+    # (producers use acks=all). Checked against the broker count at start. Production: 3 and 2.
+    topic_replication_factor: int = 1
+    topic_min_insync_replicas: int = 1
 
     # PostgreSQL (local: embedded server on pg_port; external: set pg_dsn).
     pg_port: int = 15432
@@ -118,10 +124,15 @@ class Settings(BaseSettings):
     # Operations — docs/operations.md: schema registry, replay, metrics, logs.
     registry_port: int = 18081  # local Apicurio Registry (loopback only)
     registry_heap_mb: int = 384
+    registry_database: str = "flashsend_registry"  # Apicurio's storage on the stack's PostgreSQL
     registry_java: str = ""  # a java >= 21 for the registry; empty: newest found on this machine
     # Per-subject level set by `schemas register` and used by the offline check. FULL, not only
     # BACKWARD: in a rolling deploy old consumers read new records too (global rule: BACKWARD).
     schema_compatibility: str = "FULL"
+    # May producers and workers register a missing schema at start (its subject created at
+    # schema_compatibility)? Empty: only on the local stack (mock:// or a loopback registry);
+    # elsewhere `flashsend schemas register` is a deploy step and a missing schema stops them.
+    schema_auto_register: bool | None = None
     metrics_port: int = 0  # /metrics of workers and relay: 0 = off, -1 = any free port (logged)
     metrics_host: str = "127.0.0.1"
     log_format: str = "text"  # text | json (one JSON object per line, message fields as keys)
@@ -169,6 +180,10 @@ class Settings(BaseSettings):
             if "registry" in self.local_services:
                 url = f"http://127.0.0.1:{self.registry_port}/apis/ccompat/v7"
             object.__setattr__(self, "schema_registry_url", url)
+        if self.schema_auto_register is None:
+            local = urlsplit(self.schema_registry_url)
+            on_stack = local.scheme == "mock" or local.hostname in LOOPBACK
+            object.__setattr__(self, "schema_auto_register", on_stack)
         if not self.orders_pg_dsn:  # transactional mail
             dsn = make_conninfo(self.pg_dsn, dbname=self.orders_database)
             object.__setattr__(self, "orders_pg_dsn", dsn)

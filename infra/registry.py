@@ -1,5 +1,10 @@
 """A real schema registry for the local stack: Apicurio Registry, Confluent API under
-`/apis/ccompat/v7`, in-memory storage, loopback only, global compatibility BACKWARD.
+`/apis/ccompat/v7`, loopback only, global compatibility BACKWARD.
+
+Its storage is PostgreSQL (Apicurio's SQL storage; database `registry_database` on the stack's
+server, created at start): schema ids must outlive a restart of the stack, because Kafka keeps
+records that carry them. With in-memory storage a down/up renumbered the schemas and old
+records decoded against the wrong schema or not at all.
 
 `infra/registry/pom.xml` pins the version; `mvn dependency:copy-dependencies` fetches the
 runnable archive (~160 MB) from Maven Central once into the cache dir, where it is unpacked
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -21,6 +27,8 @@ import tarfile
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from psycopg.conninfo import conninfo_to_dict
 
 from flashsend.settings import Settings
 from infra.errors import PrerequisiteMissing, StackError
@@ -121,6 +129,28 @@ def ensure_app(settings: Settings) -> Path:
     return jar
 
 
+def datasource(settings: Settings) -> tuple[str, str, str]:
+    """(JDBC URL, user, password) of the registry's database on the stack's PostgreSQL."""
+    info = conninfo_to_dict(settings.pg_dsn_for(settings.registry_database))
+    host = str(info.get("host") or "127.0.0.1")
+    port = str(info.get("port") or 5432)
+    url = f"jdbc:postgresql://{host}:{port}/{settings.registry_database}"
+    return url, str(info.get("user") or "postgres"), str(info.get("password") or "")
+
+
+def ensure_database(settings: Settings) -> bool:
+    """CREATE DATABASE registry_database if missing (Apicurio creates its tables itself)."""
+    import psycopg
+    from psycopg import sql
+
+    name = settings.registry_database
+    with psycopg.connect(settings.pg_dsn_for("postgres"), autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            return False
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        return True
+
+
 class SchemaRegistry:
     """The local registry as a managed process (same pattern as the SES stand-in)."""
 
@@ -155,7 +185,13 @@ class SchemaRegistry:
             "quarkus.http.access-log.enabled": "false",
             "apicurio.rules.global.compatibility": "BACKWARD",
             "apicurio.storage.kind": "sql",
-            "apicurio.storage.sql.kind": "h2",  # in memory: `schemas register` refills it
+            "apicurio.storage.sql.kind": "postgresql",
+            "apicurio.datasource.url": datasource(s)[0],
+            "apicurio.datasource.username": datasource(s)[1],
+            # Apicurio's default pool holds 20 connections open; a local registry needs few.
+            "apicurio.datasource.jdbc.initial-size": "1",
+            "apicurio.datasource.jdbc.min-size": "1",
+            "apicurio.datasource.jdbc.max-size": "8",
         }
         heap = s.registry_heap_mb
         return [
@@ -176,7 +212,16 @@ class SchemaRegistry:
         java = find_java(self.settings.registry_java)
         jar = ensure_app(self.settings)
         require_free_port(self.settings.registry_port, "schema registry", "FLASHSEND_REGISTRY_PORT")
-        self.process.start(self.command(java, jar), cwd=jar.parent)
+        try:
+            ensure_database(self.settings)
+        except Exception as exc:  # psycopg: one line, the registry cannot start without it
+            raise StackError(
+                f"the schema registry stores its data in PostgreSQL ({self.settings.pg_dsn}), "
+                f"which is not usable: {exc}"
+            ) from exc
+        # The password goes through the environment, not the command line (`ps` shows that).
+        env = {**os.environ, "APICURIO_DATASOURCE_PASSWORD": datasource(self.settings)[2]}
+        self.process.start(self.command(java, jar), env=env, cwd=jar.parent)
         try:
             return wait_until(
                 self.ready,

@@ -21,9 +21,9 @@ from flashsend.deliverability import check_separation
 from flashsend.errors import FlashsendError, NotFound, UsageError
 from flashsend.settings import Settings
 from producers.doorbells import DoorbellProducer
-from producers.topics import ensure_topics
+from producers.topics import Replication, ensure_topics
+from schemas import serde
 from schemas.doorbell import DOORBELL_BATCH_RECORDS, DoorbellWriter
-from schemas.serde import AvroCodec, registry_client
 from sinks import recipient_partitions as partitions
 from sinks.queries import query
 from sinks.ses import SesCallFailed, SesSender, make_client
@@ -137,8 +137,9 @@ def produce_pending(
     ensure_topics(
         settings.kafka_bootstrap,
         {settings.topic_recipients: settings.partitions, settings.topic_dlq: 1},
+        replication=Replication.of(settings),
     )
-    codec = AvroCodec(registry_client(settings.schema_registry_url), "campaign_recipient")
+    codec = serde.codec(settings, "campaign_recipient")
     producer = Producer(
         {
             "bootstrap.servers": settings.kafka_bootstrap,

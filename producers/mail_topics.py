@@ -11,6 +11,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined,unused-ignore]
 
 from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
+from producers.topics import Replication, check_replication
 
 
 def ensure_mail_topics(settings: Settings, *, timeout: float = 30.0) -> None:
@@ -22,13 +23,15 @@ def ensure_mail_topics(settings: Settings, *, timeout: float = 30.0) -> None:
         raise FlashsendError(
             f"Kafka at {settings.kafka_bootstrap} is not reachable: {exc}"
         ) from exc
-    retention = {"retention.ms": str(int(settings.order_events_retention_s * 1000))}
+    replication = Replication.of(settings)
+    check_replication(admin, settings.kafka_bootstrap, replication)
+    factor, config = replication.factor, replication.topic_config()
+    retention = {"retention.ms": str(int(settings.order_events_retention_s * 1000)), **config}
+    partitions = settings.order_events_partitions
     wanted = [
-        NewTopic(
-            settings.topic_order_events, settings.order_events_partitions, 1, config=retention
-        ),
-        NewTopic(settings.topic_mail_events, settings.order_events_partitions, 1),
-        NewTopic(settings.topic_dlq, 1, 1),
+        NewTopic(settings.topic_order_events, partitions, factor, config=retention),
+        NewTopic(settings.topic_mail_events, partitions, factor, config=config),
+        NewTopic(settings.topic_dlq, 1, factor, config=config),
     ]
     missing = [t for t in wanted if t.topic not in existing]
     if not missing:

@@ -36,6 +36,8 @@ import psycopg
 from confluent_kafka import KafkaError, KafkaException, Producer
 from psycopg import sql
 
+from flashsend import metrics
+from flashsend.errors import FlashsendError
 from schemas.serde import AvroCodec, registry_client
 from sinks.queries import query
 from streams.backoff import backoff_delay
@@ -82,6 +84,8 @@ class RelayConfig:
     table: str  # "outbox" (order service) or "mail_outbox" (mail service)
     bootstrap: str
     registry_url: str
+    registry_auto_register: bool = False  # only on the local stack (schemas.serde.schema_id)
+    schema_compatibility: str = "FULL"
     notify_channel: str | None = None  # LISTEN for a doorbell; the relay polls anyway
     batch: int = 100
     poll_s: float = 0.5
@@ -206,6 +210,9 @@ class OutboxRelay:
             row_id = int(row[0])
             try:
                 value, headers = self._encode(row)
+            except FlashsendError as exc:  # the registry, not the row: wait, spend no budget
+                failure = (row_id, f"encode: {exc}", True)
+                break
             except Exception as exc:  # fastavro raises many types for a payload off-schema
                 failure = (row_id, f"encode: {type(exc).__name__}: {exc}", False)
                 break
@@ -236,6 +243,7 @@ class OutboxRelay:
             elif failure is None or row_id < failure[0]:
                 code = err.code() if err is not None else None
                 failure = (row_id, f"ack: {err or 'no ack'}", is_transient(code))
+        metrics.count_published(self.config.table, result.published)
         self.stats.published += result.published
         if failure is not None:
             self._record_failure(conn, failure, result)
@@ -295,7 +303,12 @@ class OutboxRelay:
         ) = row
         codec = self._codecs.get(schema_name)
         if codec is None:
-            codec = AvroCodec(registry_client(self.config.registry_url), schema_name)
+            codec = AvroCodec(
+                registry_client(self.config.registry_url),
+                schema_name,
+                auto_register=self.config.registry_auto_register,
+                compatibility=self.config.schema_compatibility,
+            )
             self._codecs[schema_name] = codec
         record = {
             **payload,

@@ -24,8 +24,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
 from producers.doorbells import DoorbellProducer
+from schemas import serde
 from schemas.doorbell import DOORBELL_BATCH_RECORDS, DoorbellWriter
-from schemas.serde import AvroCodec, registry_client
 from sinks.campaign_store import CampaignStore
 from sinks.queries import query
 
@@ -48,7 +48,7 @@ class Reconciler:
         self.settings = settings
         self._expired_at: dict[int, float] = {}
         self._watermarks: Consumer | None = None
-        self._codec = AvroCodec(registry_client(settings.schema_registry_url), "campaign_recipient")
+        self._codec = serde.codec(settings, "campaign_recipient")
         self._producer = Producer(
             {
                 "bootstrap.servers": settings.kafka_bootstrap,

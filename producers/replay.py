@@ -39,8 +39,9 @@ from psycopg.types.json import Jsonb
 
 from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
+from schemas import serde
 from schemas.doorbell import doorbell_seqs
-from schemas.serde import AvroCodec, RegistryUnavailable, SerdeError, registry_client
+from schemas.serde import AvroCodec, RegistryUnavailable, SerdeError
 from sinks.pg_arrays import int_array
 from sinks.queries import query
 from streams.mail_logic import CancelMail, CreateMail, StaleEvent, parse_order_event
@@ -171,7 +172,7 @@ def plan_replay(
     now_ms = now_ms or int(time.time() * 1000)
     admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
     consumer = _consumer(s)
-    codec = AvroCodec(registry_client(s.schema_registry_url), binding.schema)
+    codec = serde.codec(s, binding.schema)
     try:
         md = consumer.list_topics(binding.topic, timeout=10).topics.get(binding.topic)
         if md is None or md.error is not None:

@@ -1,9 +1,18 @@
 """Topic creation (idempotent). Our broker runs with auto-create off: a typo in a topic name
-fails loudly instead of silently creating a one-partition topic."""
+fails loudly instead of silently creating a one-partition topic.
+
+Replication is a setting (`FLASHSEND_TOPIC_REPLICATION_FACTOR`, `FLASHSEND_TOPIC_MIN_INSYNC_
+REPLICAS`; 1 and 1 for the single local broker, 3 and 2 in production: docs/operations.md).
+Every process that creates topics first checks the pair against the cluster's broker count, so
+a factor the cluster cannot hold stops the process at start with one line instead of a
+CreateTopics error, or a producer whose `acks=all` can never be met, later.
+"""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -15,15 +24,72 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from flashsend.errors import FlashsendError
 
 
-def ensure_topics(bootstrap: str, topics: dict[str, int], *, timeout: float = 30.0) -> None:
-    """Create missing topics with the given partition counts (replication factor 1 locally)."""
+@dataclass(frozen=True)
+class Replication:
+    """Replicas per partition, and how many must acknowledge a write (producers use acks=all)."""
+
+    factor: int = 1
+    min_insync: int = 1
+
+    @classmethod
+    def of(cls, settings: Any) -> Replication:
+        return cls(settings.topic_replication_factor, settings.topic_min_insync_replicas)
+
+    def problem(self, brokers: int) -> str | None:
+        """Why this cannot work on a cluster of `brokers` brokers (None: it can). Pure."""
+        if self.factor < 1 or self.min_insync < 1:
+            return (
+                f"FLASHSEND_TOPIC_REPLICATION_FACTOR={self.factor} and "
+                f"FLASHSEND_TOPIC_MIN_INSYNC_REPLICAS={self.min_insync} must be >= 1"
+            )
+        if self.min_insync > self.factor:
+            return (
+                f"FLASHSEND_TOPIC_MIN_INSYNC_REPLICAS={self.min_insync} exceeds "
+                f"FLASHSEND_TOPIC_REPLICATION_FACTOR={self.factor}: no write could be acknowledged"
+            )
+        if self.factor > brokers:
+            return (
+                f"FLASHSEND_TOPIC_REPLICATION_FACTOR={self.factor} but the cluster has {brokers} "
+                f"broker(s): set it to at most {brokers} (local default 1; production 3 with "
+                "FLASHSEND_TOPIC_MIN_INSYNC_REPLICAS=2)"
+            )
+        return None
+
+    def topic_config(self) -> dict[str, str]:
+        return {"min.insync.replicas": str(self.min_insync)}
+
+
+def check_replication(admin: AdminClient, bootstrap: str, replication: Replication) -> None:
+    """Raise one line when the cluster cannot hold `replication` (at process start)."""
+    try:
+        brokers = len(admin.list_topics(timeout=10).brokers)
+    except KafkaException as exc:
+        raise FlashsendError(f"Kafka at {bootstrap} is not reachable: {exc}") from exc
+    problem = replication.problem(brokers)
+    if problem:
+        raise FlashsendError(f"Kafka at {bootstrap}: {problem}")
+
+
+def ensure_topics(
+    bootstrap: str,
+    topics: dict[str, int],
+    *,
+    replication: Replication | None = None,
+    timeout: float = 30.0,
+) -> None:
+    """Create missing topics with the given partition counts and replication (default: one
+    replica, the local broker), after checking the replication against the cluster."""
+    replication = replication or Replication()
     admin = AdminClient({"bootstrap.servers": bootstrap})
     try:
         existing = admin.list_topics(timeout=timeout).topics
     except KafkaException as exc:
         raise FlashsendError(f"Kafka at {bootstrap} is not reachable: {exc}") from exc
+    check_replication(admin, bootstrap, replication)
     missing = [
-        NewTopic(name, partitions, 1) for name, partitions in topics.items() if name not in existing
+        NewTopic(name, partitions, replication.factor, config=replication.topic_config())
+        for name, partitions in topics.items()
+        if name not in existing
     ]
     if not missing:
         return

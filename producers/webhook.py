@@ -37,7 +37,7 @@ from producers.sns_endpoint import SnsEndpoint
 from producers.sns_verify import MAX_BODY_BYTES, CertificateSource, VerifierPolicy
 from producers.unsubscribe_endpoint import UnsubscribeEndpoint
 from producers.webhook_processes import PortTaken, supervise
-from schemas.serde import AvroCodec, registry_client
+from schemas import serde
 from sinks.feedback_store import UnsubscribeStore
 
 log = logging.getLogger("flashsend.webhook")
@@ -72,7 +72,7 @@ class WebhookRuntime:
             policy=policy or deliverability.verifier_policy(s),
             certificates=certificates or deliverability.certificate_source(s),
             publisher=self.publisher,
-            codec=AvroCodec(registry_client(s.schema_registry_url), SCHEMA),
+            codec=serde.codec(s, SCHEMA),
             dlq=self.dlq,
         )
         self.unsubscribe = UnsubscribeEndpoint(
@@ -88,6 +88,8 @@ class WebhookRuntime:
                     table=OUTBOX_TABLE,
                     bootstrap=s.kafka_bootstrap,
                     registry_url=s.schema_registry_url,
+                    registry_auto_register=bool(s.schema_auto_register),
+                    schema_compatibility=s.schema_compatibility,
                     notify_channel=OUTBOX_TABLE,
                     batch=s.relay_batch,
                     poll_s=s.relay_poll_s,

@@ -5,8 +5,10 @@ released; a compatible change is a new file `<name>.v<N+1>.avsc` with the same r
 namespace (the namespace's `.v1` is the contract line, which only an incompatible change —
 a new contract name and subject — would change). The subject is `flashsend.<name>-value`.
 
-- offline (CI, no registry): each version against the earlier versions in the directory, and
-  each file against its own content in git (default HEAD: a released file edited in place);
+- offline (CI, no registry): each released version against its fingerprint in the committed
+  `released.json` (schemas/released.py: immutable once released, whatever the checkout), each
+  version against the earlier versions in the directory, and each file against its own
+  content in git (default HEAD: an uncommitted edit);
 - against the registry: the latest file of each contract via the registry's compatibility
   endpoint (the registry applies the subject's level; a missing subject is simply new).
 """
@@ -24,6 +26,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from schemas.compat import compatibility_problems
+from schemas.released import lock_problems, read_lock
 from schemas.serde import SCHEMA_DIR, SchemaFile, schema_files
 
 
@@ -92,9 +95,17 @@ def git_text(path: Path, rev: str) -> str | None:
 
 
 def check_offline(
-    level: str, directory: Path = SCHEMA_DIR, git_rev: str | None = "HEAD"
+    level: str,
+    directory: Path = SCHEMA_DIR,
+    git_rev: str | None = "HEAD",
+    lock: Path | None = None,
 ) -> list[CheckResult]:
+    """Each version against the earlier ones at `level`; with `lock` (the committed
+    released.json, required when given), each released version against its fingerprint; with
+    `git_rev`, each file against its content at that revision."""
     results: list[CheckResult] = []
+    if lock is not None:
+        results += _against_lock(directory, lock)
     by_name: dict[str, list[tuple[SchemaFile, Any]]] = {}
     for f in schema_files(directory):
         schema, problems = _load(f.text(), f.path.name)
@@ -114,6 +125,23 @@ def check_offline(
         if git_rev:
             results += _against_git(f, schema, level, git_rev)
     return results
+
+
+def _against_lock(directory: Path, lock: Path) -> list[CheckResult]:
+    if not lock.exists():
+        return [
+            CheckResult(
+                lock.name,
+                "itself",
+                [f"{lock} is missing: run `flashsend schemas lock` and commit it"],
+            )
+        ]
+    try:
+        recorded = read_lock(lock)
+    except ValueError as exc:
+        return [CheckResult(lock.name, "itself", [f"{lock} is not a valid lock: {exc}"])]
+    problems = lock_problems(schema_files(directory), recorded)
+    return [CheckResult(name, lock.name, p) for name, p in sorted(problems.items())]
 
 
 def _against_git(f: SchemaFile, schema: Any, level: str, rev: str) -> list[CheckResult]:

@@ -8,8 +8,13 @@ consumer accepts records written with the previous version of a contract.
 
 With the in-process `mock://` registry every process registers all schema files in a fixed
 order at start-up, so ids agree between the producer and worker processes. With a real
-registry (`http://…`, e.g. the local Apicurio under `/apis/ccompat/v7`) nothing is
-pre-registered: each codec registers (or finds) its own schema and the registry assigns ids.
+registry (`http://…`, e.g. the local Apicurio under `/apis/ccompat/v7`) each codec looks its
+schema up and uses the registered id. Only on the local stack (`auto_register`, the setting
+FLASHSEND_SCHEMA_AUTO_REGISTER: on for mock:// and loopback registries) may a codec register a
+missing schema, creating its subject at the configured level (FULL) first; anywhere else a
+missing schema stops the process with one line saying to run `flashsend schemas register`,
+because a producer that registers at start would create subjects at the registry's global
+level and publish contracts nobody reviewed.
 
 A registry that does not answer is not the record's fault: `RegistryUnavailable`, never a
 SerdeError, so no good record is dead-lettered during an outage. Consumers call
@@ -45,12 +50,18 @@ import fastavro
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from flashsend.errors import FlashsendError
+from flashsend.settings import Settings
 from streams.backoff import backoff_delay
 
 SCHEMA_DIR = Path(__file__).parent / "avro"
 _FILE = re.compile(r"^(?P<name>[a-z_]+)\.v(?P<version>\d+)\.avsc$")
 _HEADER = struct.Struct(">bI")
 MAGIC = 0
+
+
+class ContractNotRegistered(FlashsendError):
+    """A contract's schema is not in the registry and this process may not register it."""
 
 
 class SerdeError(Exception):
@@ -118,20 +129,76 @@ def registry_client(url: str) -> SchemaRegistryClient:
         return client
 
 
+def codec(settings: Settings, name: str) -> AvroCodec:
+    """The codec of contract `name` for this process's registry and registration policy."""
+    return AvroCodec(
+        registry_client(settings.schema_registry_url),
+        name,
+        auto_register=bool(settings.schema_auto_register),
+        compatibility=settings.schema_compatibility,
+    )
+
+
+def check_registered(settings: Settings, names: tuple[str, ...]) -> None:
+    """At a process's start, before it joins anything: each contract it reads or writes has
+    an id (or may be registered here). Raises ContractNotRegistered, one line for the CLI,
+    instead of an agent crashing later with a traceback."""
+    for name in names:
+        codec(settings, name)
+
+
+def _missing(exc: SchemaRegistryError) -> bool:
+    return exc.http_status_code == 404
+
+
+def schema_id(
+    registry: SchemaRegistryClient, file: SchemaFile, auto_register: bool, compatibility: str
+) -> int:
+    """The registered id of `file`'s schema under its subject. Registers it only with
+    `auto_register`, a new subject at `compatibility` first; else raises ContractNotRegistered."""
+    schema = Schema(file.text(), "AVRO")
+    try:
+        try:
+            return int(registry.lookup_schema(file.subject, schema).schema_id)  # type: ignore[arg-type]
+        except SchemaRegistryError as exc:
+            if not _missing(exc):
+                raise
+        if not auto_register:
+            raise ContractNotRegistered(
+                f"{file.path.name} is not registered under subject {file.subject}: run "
+                "`flashsend schemas register` (it sets each subject's level, then registers "
+                "every version); outside the local stack nothing registers at start"
+            )
+        if type(registry).__name__ != "MockSchemaRegistryClient":  # mock://: no levels
+            try:
+                registry.get_latest_version(file.subject)
+            except SchemaRegistryError as exc:
+                if not _missing(exc):
+                    raise
+                registry.set_compatibility(file.subject, compatibility)
+        registered = registry.register_schema_full_response(file.subject, schema)
+        return int(registered.schema_id)  # type: ignore[arg-type]
+    except SchemaRegistryError as exc:
+        raise FlashsendError(f"schema registry: {file.subject}: {exc}") from exc
+
+
 class AvroCodec:
     """Encoder/decoder for one contract (the latest schema file of `name`)."""
 
     def __init__(
-        self, registry: SchemaRegistryClient, name: str, directory: Path = SCHEMA_DIR
+        self,
+        registry: SchemaRegistryClient,
+        name: str,
+        directory: Path = SCHEMA_DIR,
+        *,
+        auto_register: bool = False,
+        compatibility: str = "FULL",
     ) -> None:
         self._registry = registry
         self.file = latest(name, directory)
         self._schema_json = json.loads(self.file.text())
         self._reader = fastavro.parse_schema(self._schema_json)
-        registered = registry.register_schema_full_response(
-            self.file.subject, Schema(self.file.text(), "AVRO")
-        )
-        self.schema_id: int = registered.schema_id  # type: ignore[assignment]
+        self.schema_id: int = schema_id(registry, self.file, auto_register, compatibility)
         self._header = _HEADER.pack(MAGIC, self.schema_id)
         self._writers: dict[int, Any] = {self.schema_id: self._reader}
         self._unusable: dict[int, SerdeError] = {}  # ids the registry answered about: poison

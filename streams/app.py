@@ -17,7 +17,7 @@ from flashsend import deliverability, metrics_state
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
 from producers.reconcile import Reconciler
-from schemas.serde import AvroCodec, registry_client
+from schemas import serde
 from sinks.offsets import Assignment
 from sinks.recipient_store import RecipientStore
 from sinks.ses import SesSender, make_client
@@ -97,7 +97,7 @@ class Runtime:
                 store=self.store,
                 ses=SesSender(make_client(s, pool=s.inflight_calls * 2)),
                 campaigns=self.campaigns,
-                codec=AvroCodec(registry_client(s.schema_registry_url), "campaign_recipient"),
+                codec=serde.codec(s, "campaign_recipient"),
                 dlq=DeadLetterProducer(s.kafka_bootstrap, s.topic_dlq),
                 headers_for=deliverability.unsubscribe_headers(s),  # RFC 8058 one-click
                 flow=self.flow,

@@ -35,6 +35,7 @@ from faust.transport.drivers.aiokafka import server_list
 from faust.types import TP
 from mode.services import WaitResults
 
+from flashsend import metrics
 from sinks.offsets import Assignment, PartitionOffsets, StoreUnavailable
 from streams.backoff import backoff_delay
 
@@ -246,6 +247,8 @@ async def consume_batches(
     async for events in stream.take_events(take_max, within=within):
         try:
             await handle([e.message for e in events])
+            if events:
+                metrics.count_ingested(events[0].message.topic, len(events))
         except Exception:
             log.exception("%s batch failed; stopping the worker", what)
             app._crash(RuntimeError(f"{what} batch failed"))

@@ -21,12 +21,12 @@ from typing import Any
 import faust
 from psycopg_pool import AsyncConnectionPool
 
-from flashsend import deliverability
+from flashsend import deliverability, metrics_state
 from flashsend.logs import logging_config
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
 from producers.mail_topics import ensure_mail_topics
-from schemas.serde import AvroCodec, registry_client
+from schemas import serde
 from sinks.feedback_store import FeedbackStore
 from sinks.offsets import Assignment
 from streams import faust_offsets
@@ -66,14 +66,14 @@ class FeedbackRuntime:
                 topic=s.topic_mail_events,
                 thresholds=deliverability.thresholds(s),
             )
-            registry = registry_client(s.schema_registry_url)
             self.ingest = FeedbackIngest(
                 store=self.store,
-                ses_codec=AvroCodec(registry, "ses_event"),
-                unsubscribed_codec=AvroCodec(registry, "unsubscribed"),
+                ses_codec=serde.codec(s, "ses_event"),
+                unsubscribed_codec=serde.codec(s, "unsubscribed"),
                 dlq=DeadLetterProducer(s.kafka_bootstrap, s.topic_dlq),
             )
             self._purge_task = asyncio.create_task(self._purge_loop(), name="feedback-purge")
+            await asyncio.to_thread(metrics_state.start, s, "feedback")  # /metrics
             return self.ingest
 
     async def offsets(self, assignment: Assignment) -> Mapping[int, int]:
@@ -159,6 +159,7 @@ def run_feedback_worker(settings: Settings, loglevel: str) -> int:
 
     deliverability.thresholds(settings)  # refuse nonsense thresholds before joining the group
     ensure_mail_topics(settings)
+    serde.check_registered(settings, ("ses_event", "unsubscribed"))
     (settings.state_dir / "faust").mkdir(parents=True, exist_ok=True)
     app = create_feedback_app(settings)
     worker = BoundedShutdownWorker(

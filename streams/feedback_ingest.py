@@ -154,6 +154,9 @@ class FeedbackIngest:
             log.warning("PostgreSQL refused the batch (%s); applying it record by record", exc)
             outcome = await self._one_by_one(records, effects)
         self._account(outcome)
+        metrics.count_feedback_effects(
+            (e.campaign_id, e.counter) for batch in effects.values() for _, e in batch
+        )
         return outcome
 
     async def _dead_letter(self, dead: list[DeadLetter]) -> None:

@@ -29,7 +29,7 @@ from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
 from producers.mail_topics import ensure_mail_topics, topic_retention_s
 from producers.outbox_relay import OutboxRelay, RelayConfig
-from schemas.serde import AvroCodec, registry_client
+from schemas import serde
 from sinks.mail_store import MailStore, StoreUnavailable
 from sinks.offsets import Assignment
 from sinks.ses import SesSender, make_client
@@ -72,6 +72,8 @@ def relay_config(s: Settings, table: str, channel: str | None) -> RelayConfig:
         table=table,
         bootstrap=s.kafka_bootstrap,
         registry_url=s.schema_registry_url,
+        registry_auto_register=bool(s.schema_auto_register),
+        schema_compatibility=s.schema_compatibility,
         notify_channel=channel,
         batch=s.relay_batch,
         poll_s=s.relay_poll_s,
@@ -142,7 +144,7 @@ class MailRuntime:
             self.sender.start()
             self.ingest = MailIngest(
                 store=store,
-                codec=AvroCodec(registry_client(s.schema_registry_url), "order_event"),
+                codec=serde.codec(s, "order_event"),
                 dlq=DeadLetterProducer(s.kafka_bootstrap, s.topic_dlq),
                 max_age_s=s.mail_event_max_age_s,
                 at_most_once_templates=s.mail_at_most_once_templates,
@@ -265,6 +267,7 @@ def run_mail_worker(settings: Settings, loglevel: str) -> int:
 
     check_mail_settings(settings)
     ensure_mail_topics(settings)
+    serde.check_registered(settings, ("order_event", "mail_lifecycle"))
     (settings.state_dir / "faust").mkdir(parents=True, exist_ok=True)
     app = create_mail_app(settings)
     worker = BoundedShutdownWorker(

@@ -24,7 +24,8 @@ from confluent_kafka import Consumer, Message
 
 from flashsend.settings import Settings
 from producers.dlq import DeadLetter, DeadLetterProducer, record_headers
-from schemas.serde import AvroCodec, RegistryUnavailable, SerdeError, registry_client
+from schemas import serde
+from schemas.serde import RegistryUnavailable, SerdeError
 from sinks.order_store import MailEvent, apply_mail_event
 from streams.backoff import backoff_delay
 
@@ -53,7 +54,7 @@ class OrderFeedback:
     def __init__(self, settings: Settings, *, dsn: str | None = None) -> None:
         self.settings = settings
         self.dsn = dsn or settings.orders_pg_dsn
-        self.codec = AvroCodec(registry_client(settings.schema_registry_url), SCHEMA)
+        self.codec = serde.codec(settings, SCHEMA)
         self.dlq = DeadLetterProducer(settings.kafka_bootstrap, settings.topic_dlq)
         self.consumer = Consumer(
             {

@@ -164,7 +164,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _decode(settings: Settings, letter: Any) -> dict[str, Any] | str:
     from producers.replay import bindings
-    from schemas.serde import AvroCodec, RegistryUnavailable, SerdeError, registry_client
+    from schemas.serde import RegistryUnavailable, SerdeError, codec
 
     if letter.from_sns:  # the SNS webhook's: the raw SES notification
         try:
@@ -175,7 +175,7 @@ def _decode(settings: Settings, letter: Any) -> dict[str, Any] | str:
     if schema is None:
         return "(no contract known for this topic)"
     try:
-        return AvroCodec(registry_client(settings.schema_registry_url), schema).decode(letter.value)
+        return codec(settings, schema).decode(letter.value)
     except SerdeError as exc:
         return f"(not decodable: {exc})"
     except RegistryUnavailable as exc:

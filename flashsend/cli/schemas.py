@@ -16,10 +16,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c = ssub.add_parser(
         "check",
         help="fail on an incompatible contract change (offline and/or against the registry)",
-        description="Offline: every <name>.v<N>.avsc against the earlier versions and against "
-        "its own content in git. Online: the latest file of each contract against the "
-        "registry's latest version of its subject (compatibility endpoint). Exit 1 on any "
-        "incompatible change. CI runs `flashsend schemas check --offline`.\n\n"
+        description="Offline: every released <name>.v<N>.avsc against its fingerprint in the "
+        "committed released.json (released versions are immutable: an in-place edit fails, "
+        "even committed), every version against the earlier versions, and every file against "
+        "its own content in git (uncommitted edits). Online: the latest file of each contract "
+        "against the registry's latest version of its subject (compatibility endpoint). Exit "
+        "1 on any incompatible change. CI runs `flashsend schemas check --offline`.\n\n"
         "  flashsend schemas check --offline\n"
         "  flashsend schemas check --against origin/main",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -31,6 +33,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c.add_argument("--dir", type=Path, default=None, help="schema directory (tests)")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_check)
+    lk = ssub.add_parser(
+        "lock",
+        help="record the fingerprints of new contract versions in released.json",
+        description="Adds every <name>.v<N>.avsc not yet in released.json (next to the files) "
+        "and never changes a recorded fingerprint: a released version is immutable. Commit "
+        "released.json with the new file.\n\n  flashsend schemas lock",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    lk.add_argument("--dir", type=Path, default=None, help="schema directory (tests)")
+    lk.set_defaults(func=cmd_lock)
     r = ssub.add_parser(
         "register",
         help="set each subject's compatibility level and register every version in order",
@@ -48,8 +60,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     settings = load_settings()
     level = (args.level or settings.schema_compatibility).upper()
     directory = args.dir or SCHEMA_DIR
+    from schemas.released import LOCK_FILE
+
     results: list[CheckResult] = check_offline(
-        level, directory, None if args.no_git else args.against
+        level, directory, None if args.no_git else args.against, lock=directory / LOCK_FILE
     )
     if not args.offline:
         url = settings.schema_registry_url
@@ -98,4 +112,16 @@ def cmd_register(args: argparse.Namespace) -> int:
             f"{len(done)} version(s) registered at {settings.schema_registry_url} "
             f"(subject level {level})"
         )
+    return 0
+
+
+def cmd_lock(args: argparse.Namespace) -> int:
+    from schemas.released import LOCK_FILE, lock_directory
+    from schemas.serde import SCHEMA_DIR
+
+    directory = args.dir or SCHEMA_DIR
+    added = lock_directory(directory)
+    for name in added:
+        print(f"  released {name}")
+    print(f"{len(added)} new version(s) recorded in {directory / LOCK_FILE}")
     return 0

@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from flashsend.lab.feedback_run import end_offsets
 from flashsend.settings import Settings
-from schemas.serde import AvroCodec, registry_client
+from schemas import serde
 from streams.feedback_ingest import SCHEMA_HEADER
 from streams.feedback_logic import Thresholds, Window, pause_reason, ses_effect
 
@@ -79,7 +79,7 @@ def read_ses_events(
     uniform sample that decodes nothing else)."""
     ends = end_offsets(settings, topic)
     begin = dict(start or {})
-    codec = AvroCodec(registry_client(settings.schema_registry_url), "ses_event")
+    codec = serde.codec(settings, "ses_event")
     consumer = Consumer(
         {
             "bootstrap.servers": settings.kafka_bootstrap,

@@ -66,3 +66,13 @@ SELECT partition, next_offset FROM kafka_offsets
 SELECT f.campaign_id, f.sent, f.complained, f.bounced
   FROM campaign_feedback f JOIN campaigns c ON c.id = f.campaign_id
  WHERE c.status IN ('sending', 'paused') OR c.updated_at > now() - interval '1 hour';
+
+-- name: metrics_campaign_counts
+-- Recipients per status of the campaigns sending or recently finished, from the trigger-kept
+-- counter shards (at most 64 rows per status and campaign; never a scan of the recipients).
+-- Read-only: a concurrent writer's shard row is read as of its last commit.
+SELECT s.campaign_id, s.status, sum(s.n)::bigint AS n
+  FROM campaign_status_counts s JOIN campaigns c ON c.id = s.campaign_id
+ WHERE (c.status IN ('sending', 'paused') OR c.updated_at > now() - interval '1 hour')
+   AND s.status <> 'requeue'
+ GROUP BY s.campaign_id, s.status;

@@ -1,14 +1,19 @@
 """Contracts against a real schema registry (Apicurio, Confluent API) and a real broker.
 
 The registry is started only for this module (it takes a few seconds; every other test uses the
-in-process mock:// registry). Each test uses its own contract name, so its own subject.
+in-process mock:// registry), on the stack's PostgreSQL. Each test uses its own contract name,
+so its own subject. No skip: this machine has a Java >= 21 (find_java looks under
+/usr/lib/jvm), and without one these tests fail with the reason.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import string
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,17 +21,16 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from flashsend.settings import Settings
-from infra.errors import PrerequisiteMissing
+from flashsend.settings import Settings, settings_env
 from infra.process import free_port
 from infra.registry import SchemaRegistry, find_java
 from producers.topics import ensure_topics
 from schemas.contracts import check_offline, check_registry, register_all
-from schemas.serde import AvroCodec, registry_client
+from schemas.serde import AvroCodec, ContractNotRegistered, registry_client, schema_files
 from tests.conftest import LocalStack
 
 V1: dict[str, Any] = {
@@ -41,16 +45,19 @@ V1: dict[str, Any] = {
 }
 
 
+def _registry_settings(stack: LocalStack, state_dir: Path) -> Settings:
+    return stack.settings_for(
+        state_dir=state_dir,
+        registry_port=free_port(),
+        registry_database=f"registry_{uuid.uuid4().hex[:8]}",
+    )
+
+
 @pytest.fixture(scope="module")
 def registry(stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    settings = stack.settings_for(
-        state_dir=tmp_path_factory.mktemp("registry"), registry_port=free_port()
-    )
+    settings = _registry_settings(stack, tmp_path_factory.mktemp("registry"))
+    find_java(settings.registry_java)  # raises PrerequisiteMissing with the reason: no skip
     service = SchemaRegistry(settings)
-    try:
-        find_java(settings.registry_java)
-    except PrerequisiteMissing as exc:
-        pytest.skip(f"no Java >= 21 for the real registry: {exc}")
     service.start()
     try:
         yield service.url
@@ -77,6 +84,28 @@ def _v2_removed_required() -> dict[str, Any]:
     v2 = json.loads(json.dumps(V1))
     v2["fields"] = [f for f in v2["fields"] if f["name"] != "email"]
     return v2
+
+
+@pytest.mark.parametrize(
+    ("role", "contract"),
+    [("campaign", "campaign_recipient"), ("mail", "order_event"), ("feedback", "ses_event")],
+)
+def test_a_worker_outside_the_local_stack_stops_in_one_line_on_an_unregistered_contract(
+    registry: str, settings: Settings, role: str, contract: str
+) -> None:
+    """Runs before any test registers the shipped contracts in this module's registry."""
+    s = settings.model_copy(update={"schema_registry_url": registry, "schema_auto_register": False})
+    run = subprocess.run(
+        [sys.executable, "-m", "flashsend.cli", "worker", "--role", role],
+        env={**os.environ, **settings_env(s)},
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(lines) == 1, run.stderr[-2000:]
+    assert f"{contract}.v" in lines[0] and "flashsend schemas register" in lines[0]
+    assert f"flashsend.{contract}-value" not in registry_client(registry).get_subjects()
 
 
 def test_added_optional_field_passes_removed_required_field_fails(
@@ -128,7 +157,7 @@ def test_produce_v1_consume_v2_on_a_real_broker(
     _write(v2_dir, name, 2, _v2_added_optional())
     register_all(client, "FULL", v1_dir)
     writer = AvroCodec(client, name, v1_dir)
-    reader = AvroCodec(client, name, v2_dir)
+    reader = AvroCodec(client, name, v2_dir, auto_register=True)
     assert writer.schema_id != reader.schema_id
 
     topic = f"probe-{uuid.uuid4().hex[:8]}"
@@ -152,7 +181,7 @@ def test_codec_bytes_equal_confluent_serializer_both_ways(registry: str, tmp_pat
     client = registry_client(registry)
     name = _name()
     _write(tmp_path, name, 1, V1)
-    codec = AvroCodec(client, name, tmp_path)
+    codec = AvroCodec(client, name, tmp_path, auto_register=True)
     subject = f"flashsend.{name}-value"
     serializer = AvroSerializer(
         SchemaRegistryClient({"url": registry}),
@@ -172,6 +201,62 @@ def test_codec_bytes_equal_confluent_serializer_both_ways(registry: str, tmp_pat
     assert theirs[0] == 0 and int.from_bytes(theirs[1:5], "big") == codec.schema_id
     assert codec.decode(theirs) == record
     assert deserializer(ours, ctx) == record
+
+
+def test_a_codec_registers_only_when_allowed_and_at_the_configured_level(
+    registry: str, tmp_path: Path
+) -> None:
+    client = registry_client(registry)
+    name = _name()
+    subject = f"flashsend.{name}-value"
+    _write(tmp_path, name, 1, V1)
+    expected = rf"{name}.v1.avsc .*{subject}.*schemas register"
+    with pytest.raises(ContractNotRegistered, match=expected):
+        AvroCodec(client, name, tmp_path)
+    assert subject not in client.get_subjects()  # the failed start registered nothing
+    allowed = AvroCodec(client, name, tmp_path, auto_register=True, compatibility="FULL")
+    assert client.get_compatibility(subject) == "FULL"  # not the global BACKWARD
+    assert AvroCodec(client, name, tmp_path).schema_id == allowed.schema_id  # found, not added
+    assert client.get_versions(subject) == [1]
+
+
+def test_a_service_outside_the_local_stack_refuses_to_start_on_an_unregistered_contract(
+    registry: str, settings: Settings, tmp_path: Path
+) -> None:
+    """`schema_auto_register` off (as for any non-loopback registry): the shipped contracts
+    are not registered in this fresh subject namespace → the relay's codec fails in one line."""
+    from schemas import serde
+
+    s = settings.model_copy(update={"schema_registry_url": registry, "schema_auto_register": False})
+    name = _name()
+    _write(tmp_path, name, 1, V1)
+    with pytest.raises(ContractNotRegistered):
+        AvroCodec(registry_client(s.schema_registry_url), name, tmp_path)
+    register_all(registry_client(registry), "FULL")
+    assert serde.codec(s, "order_event").schema_id > 0  # registered by the deploy step: found
+
+
+def test_schema_ids_survive_a_restart_of_the_registry(
+    stack: LocalStack, tmp_path: Path
+) -> None:
+    settings = _registry_settings(stack, tmp_path)
+    service = SchemaRegistry(settings)
+    service.start()
+    try:
+        ids = {d["file"]: d["id"] for d in register_all(registry_client(service.url), "FULL")}
+    finally:
+        service.stop()
+    service.start()
+    try:
+        fresh = SchemaRegistryClient({"url": service.url})  # no client-side cache
+        for f in schema_files():
+            found = fresh.lookup_schema(f.subject, Schema(f.text(), "AVRO"))
+            assert found.schema_id == ids[f.path.name], f.path.name
+            stored = fresh.get_schema(ids[f.path.name]).schema_str or "null"
+            assert json.loads(stored) == json.loads(f.text())
+        assert fresh.get_compatibility("flashsend.order_event-value") == "FULL"
+    finally:
+        service.stop()
 
 
 def _consume(settings: Settings, topic: str, expect: int) -> list[bytes]:

@@ -75,7 +75,7 @@ def test_a_v1_doorbell_still_decodes_as_one_recipient(codec: AvroCodec, tmp_path
     (tmp_path / "campaign_recipient.v1.avsc").write_text(
         (SCHEMA_DIR / "campaign_recipient.v1.avsc").read_text()
     )
-    v1 = AvroCodec(registry_client(REGISTRY), "campaign_recipient", tmp_path)
+    v1 = AvroCodec(registry_client(REGISTRY), "campaign_recipient", tmp_path, auto_register=True)
     assert v1.schema_id != codec.schema_id
     old = v1.encode({"campaign_id": 7, "seq": 41, "user_id": 9001, "produced_at_ms": 5})
     decoded = codec.decode(old)
