@@ -38,7 +38,8 @@ from producers.dlq import DLQ_HEADERS, Header, record_headers
 from producers.replay import operator
 from producers.ses_events import SCHEMA as SES_SCHEMA
 from producers.ses_events import SesEventInvalid, parse_ses_message
-from schemas.serde import AvroCodec, registry_client
+from schemas.serde import AvroCodec
+from schemas.serde import codec as serde_codec
 from sinks.queries import query
 
 REPLAY_HEADER = "flashsend.replayed_from"
@@ -165,7 +166,7 @@ def copies_of(s: Settings, letters: list[Letter]) -> list[Copy]:
     for letter in letters:
         if letter.from_sns:
             if codec is None:
-                codec = AvroCodec(registry_client(s.schema_registry_url), SES_SCHEMA)
+                codec = serde_codec(s, SES_SCHEMA)
             try:
                 copies += sns_copies(letter, codec, s.topic_mail_events, s.topic_dlq)
             except SesEventInvalid as exc:
