@@ -126,7 +126,9 @@ class Settings(BaseSettings):
 
     # Deliverability — docs/deliverability.md explains each knob.
     webhook_port: int = 14567
-    webhook_processes: int = 2  # processes sharing webhook_port (SO_REUSEPORT); ~1 core each
+    # Processes sharing webhook_port (SO_REUSEPORT), ~1 core each; 0: half the CPUs, at least
+    # one (the broker, PostgreSQL and the workers share the machine).
+    webhook_processes: int = 0
     webhook_public_url: str = ""  # base of List-Unsubscribe URLs; empty: http://127.0.0.1:PORT
     sns_topic_arns: tuple[str, ...] = ("arn:aws:sns:us-east-1:000000000000:flashsend-ses-events",)
     sns_cert_authority: str = ""  # host:port of a local signer; empty: see feedback_config.py

@@ -20,8 +20,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "published as Avro on mail.events, 200 only after the broker's ack); GET/POST "
         "/u/TOKEN is the List-Unsubscribe target. `flashsend up` starts one on "
         "FLASHSEND_WEBHOOK_PORT and subscribes it at the local SES stand-in. "
-        "With --processes N (default FLASHSEND_WEBHOOK_PROCESSES, 2), N processes answer on "
-        "the one port (SO_REUSEPORT); one process ingests on about one core.",
+        "With --processes N (default FLASHSEND_WEBHOOK_PROCESSES, or half the CPUs: 1 on a "
+        "2-core machine), N processes answer on the one port (SO_REUSEPORT); one process "
+        "ingests on about one core.",
         epilog="examples:\n  flashsend webhook\n  flashsend webhook --processes 4 --port 8443"
         "\n  flashsend webhook --processes 1   # one process, e.g. under a process manager",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -32,7 +33,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--processes",
         type=int,
         default=None,
-        help="webhook processes sharing the port (default FLASHSEND_WEBHOOK_PROCESSES, 2)",
+        help="webhook processes sharing the port (default FLASHSEND_WEBHOOK_PROCESSES; "
+        "0 or unset: half the CPUs, at least 1)",
     )
     p.add_argument("--loglevel", default="info", help="default %(default)s")
     # Set by the supervisor of --processes N for its children.
@@ -83,7 +85,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--processes",
         type=int,
         default=None,
-        help="webhook processes (default FLASHSEND_WEBHOOK_PROCESSES, 2)",
+        help="webhook processes (default: as `flashsend webhook`, half the CPUs)",
     )
     p.add_argument(
         "--pauses", type=int, default=5, help="complaint → pause measurements (default %(default)s)"
@@ -138,10 +140,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_webhook(args: argparse.Namespace) -> int:
+    from flashsend import deliverability
     from producers.webhook import run_webhook
 
     settings = load_settings()
-    processes = settings.webhook_processes if args.processes is None else args.processes
+    processes = (
+        deliverability.webhook_processes(settings) if args.processes is None else args.processes
+    )
     if processes < 1:
         raise SystemExit("flashsend webhook: --processes must be at least 1")
     return run_webhook(

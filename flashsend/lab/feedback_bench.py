@@ -38,6 +38,7 @@ from typing import Any
 import psutil
 import psycopg
 
+from flashsend import deliverability
 from flashsend.lab.feedback_run import (
     WebhookProcess,
     end_offsets,
@@ -64,7 +65,7 @@ class BenchOptions:
     events: int = 20_000
     concurrency: int = 64
     pauses: int = 5
-    processes: int | None = None  # webhook processes; None: settings.webhook_processes
+    processes: int | None = None  # webhook processes; None: as `flashsend webhook` would run
     agent: bool = True  # also measure the feedback agent and the complaint → pause delay
 
 
@@ -165,7 +166,7 @@ def run_bench(
     key_pem, cert_pem = generate_signing_key()
     certs = CertServer(cert_pem)
     base = scratch_settings(settings, "bench")
-    processes = options.processes or settings.webhook_processes
+    processes = options.processes or deliverability.webhook_processes(settings)
     s = with_feedback(
         base,
         sns_cert_authority=certs.authority,
