@@ -10,10 +10,12 @@ Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 
 def registry() -> list[Register]:
     from flashsend.commands import (  # operations, schemas: issue 8
+        aws,
         bench,
         campaign,
         control,
         demo,
+        events,
         feedback,  # issue 5
         mail,
         operations,
@@ -31,6 +33,8 @@ def registry() -> list[Register]:
         bench.register,
         mail.register,
         feedback.register,  # webhook, feedback status|bench|e2e (issue 5)
+        events.register,  # events pull (SQS ingest)
+        aws.register,  # aws plan|apply
         schemas.register,
         operations.register,  # after control: adds `dlq show|replay`
     ]

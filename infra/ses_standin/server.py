@@ -58,6 +58,7 @@ def build_app(account: SesAccount) -> web.Application:
     router.add_put("/v2/email/templates/{name}", _ses(update_email_template))
     router.add_delete("/v2/email/templates/{name}", _ses(delete_email_template))
     router.add_get("/v2/email/account", _ses(get_account))
+    account.configuration_sets.register(app)
     AdminApi(account).register(app)
     app.on_shutdown.append(_on_shutdown)
     return app
