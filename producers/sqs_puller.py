@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import random
@@ -184,7 +185,7 @@ class SqsPuller:
         finally:
             reporter.cancel()
             await self.gate.stop()
-            log.info("stopped: %s", self.summary())
+            log.info("stopped %s", json.dumps(self.summary(), sort_keys=True))
 
     async def _loop(self, worker: int) -> None:
         failures = 0
@@ -300,7 +301,7 @@ class SqsPuller:
     async def _report(self) -> None:
         while True:
             await asyncio.sleep(STATS_EVERY_S)
-            log.info("stats %s", self.summary())
+            log.info("stats %s", json.dumps(self.summary(), sort_keys=True))
 
 
 async def pull(
