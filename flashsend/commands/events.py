@@ -28,6 +28,26 @@ ElasticMQ server). Stop with SIGTERM/Ctrl-C: batches in hand are finished first.
 """
 
 
+OUTAGE_HELP = """\
+A campaign runs on the local stack (SES stand-in injecting hard bounces and complaints, a
+feedback worker, campaign workers, and the ingest path under test); once --outage-when-sent of
+it was sent, the stack's Kafka broker is stopped for --seconds, then started again (the
+workers go on sending what they had fetched, so events keep coming during the outage). Afterwards
+every address the stand-in bounced or complained must be in the suppression table, and no
+other: `ok`, `lost` and `extra` in the result say so. Works in a scratch database, queue and
+configuration set; every Kafka client of the stack sees the outage.
+
+  --path sqs      stand-in → SQS (ElasticMQ, `sqs` in FLASHSEND_LOCAL_SERVICES) → events pull:
+                  SQS keeps the events while the puller cannot publish
+  --path webhook  stand-in → signed SNS POST → webhook: 503 while the broker is down, the
+                  stand-in retries as SNS does (within its retry window)
+
+examples:
+  flashsend feedback outage --seconds 180 --path sqs --json
+  flashsend feedback outage --seconds 60 --path webhook --users 5000
+"""
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ev = sub.add_parser("events", help="SES events through SQS: `events pull`")
     esub = ev.add_subparsers(dest="events_cmd", required=True, metavar="ACTION")
@@ -54,6 +74,33 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--loglevel", default="info")
     p.set_defaults(func=cmd_pull)
 
+    # `flashsend feedback outage`, beside `feedback e2e|bench` (commands/feedback.py)
+    fb = sub.choices["feedback"]
+    fsub = next(a for a in fb._actions if isinstance(a, argparse._SubParsersAction))
+    p = fsub.add_parser(
+        "outage",
+        help="stop Kafka for a while during a campaign: every bounce and complaint must still "
+        "reach the suppression table",
+        description=OUTAGE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--seconds", type=float, default=180.0, help="broker down for (default 180)")
+    p.add_argument("--path", choices=("sqs", "webhook"), default="sqs", help="default sqs")
+    p.add_argument("--users", type=int, default=20_000, help="campaign size (default 20000)")
+    p.add_argument("--rate", type=float, default=200.0, help="recipients/s (default 200)")
+    p.add_argument("--bounces", type=float, default=0.02, help="share of hard bounces")
+    p.add_argument("--complaints", type=float, default=0.003, help="share of complainers")
+    p.add_argument("--workers", type=int, default=1, help="campaign worker processes")
+    p.add_argument(
+        "--outage-when-sent",
+        type=float,
+        default=0.1,
+        help="share of the users sent when the broker stops (default 0.1)",
+    )
+    p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_outage)
+
 
 def cmd_pull(args: argparse.Namespace) -> int:
     from flashsend.errors import UsageError
@@ -73,3 +120,28 @@ def cmd_pull(args: argparse.Namespace) -> int:
     url = args.queue_url or queue_url(settings, args.queue)
     config = PullerConfig(url, pullers=pullers, wait_s=wait_s, visibility_s=visibility)
     return run_pull(settings, config, args.loglevel)
+
+
+def cmd_outage(args: argparse.Namespace) -> int:
+    import json
+
+    from flashsend.feedback_outage import OutageOptions, run_outage_scratch
+    from flashsend.lab_run import sigterm_interrupts
+
+    options = OutageOptions(
+        seconds=args.seconds,
+        path=args.path,
+        users=args.users,
+        rate=args.rate,
+        p_bounce=args.bounces,
+        p_complaint=args.complaints,
+        workers=args.workers,
+        outage_when_sent=args.outage_when_sent,
+        timeout_s=args.timeout,
+    )
+    with sigterm_interrupts():
+        result = run_outage_scratch(
+            load_settings(), options, log=(lambda _m: None) if args.json else print
+        )
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0 if result.get("ok") else 1
