@@ -142,6 +142,7 @@ class Settings(BaseSettings):
     sqs_port: int = 19324  # local ElasticMQ (loopback only), when "sqs" is a local service
     sqs_endpoint: str | None = None  # None: local ElasticMQ; "": real Amazon SQS
     sqs_heap_mb: int = 128
+    sqs_persist: bool = True  # ElasticMQ keeps messages on disk (survive down/up); False: memory
     sqs_queue: str = "flashsend-ses-events"  # its dead-letter queue: "<name>-dlq"
     sqs_max_receive_count: int = 10  # receives before SQS moves a message to the DLQ
     sqs_retention_s: int = 14 * 86400  # SQS's maximum

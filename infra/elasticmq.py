@@ -4,7 +4,8 @@
 the cache dir once, then the server runs as `java -cp libs/* org.elasticmq.server.Main` with a
 generated config: loopback only, the stack's Region in its ARNs, and queues and messages kept
 in the state dir (its H2 storage), so queued SES events survive `flashsend down` / `up` as
-they would in SQS. It speaks the SQS JSON protocol of current boto3. It keeps no queue
+they would in SQS (`FLASHSEND_SQS_PERSIST=false`: in memory, about half the server's CPU per
+message). It speaks the SQS JSON protocol of current boto3. It keeps no queue
 `Policy` and no `MessageRetentionPeriod` (accepted, then dropped): docs/deliverability.md
 says what that means for `flashsend aws apply` against it.
 """
@@ -53,6 +54,7 @@ def ensure_jars(settings: Settings) -> Path:
 def server_config(settings: Settings, home: Path) -> str:
     """HOCON for ElasticMQ (pure): loopback, our Region and account, storage under `home`."""
     port = settings.sqs_port
+    persist = "true" if settings.sqs_persist else "false"
     return f"""\
 include classpath("application.conf")
 node-address {{ protocol = http, host = "127.0.0.1", port = {port}, context-path = "" }}
@@ -60,7 +62,7 @@ rest-sqs {{ enabled = true, bind-port = {port}, bind-hostname = "127.0.0.1", sqs
 rest-stats {{ enabled = false }}
 generate-node-address = false
 aws {{ region = "{settings.ses_region}", accountId = "{ACCOUNT_ID}" }}
-messages-storage {{ enabled = true, uri = "jdbc:h2:{home / "messages"}" }}
+messages-storage {{ enabled = {persist}, uri = "jdbc:h2:{home / "messages"}" }}
 """
 
 

@@ -224,6 +224,7 @@ class SqsPuller:
                     )
                     continue
                 failures = 0
+                self.stats["receives"] += 1
                 if messages:
                     await self.handle(messages)
         finally:

@@ -126,3 +126,39 @@ def test_sqs_subscriptions_are_validated() -> None:
     ]:
         with pytest.raises(ValueError, match=why):
             parse_subscription(bad)
+
+
+@pytest.mark.parametrize("token", [None, "session-token"])
+def test_sigv4_headers_are_what_botocore_signs(token: str | None) -> None:
+    """botocore's own SigV4 signer is the reference: same request, same instant, same
+    Authorization header."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    from producers.sqs_client import CONTENT_TYPE, sigv4_headers
+
+    creds = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", token)
+    body = b'{"QueueUrl":"https://sqs.eu-west-1.amazonaws.com/123456789012/q","MaxNumberOfMessages":10}'
+    request = AWSRequest(
+        "POST",
+        "https://sqs.eu-west-1.amazonaws.com/",
+        data=body,
+        headers={"Content-Type": CONTENT_TYPE, "X-Amz-Target": "AmazonSQS.ReceiveMessage"},
+    )
+    SigV4Auth(creds.get_frozen_credentials(), "sqs", "eu-west-1").add_auth(request)
+    keys: dict[tuple[str, str, str], bytes] = {}
+    for _ in range(2):  # the second from the cached signing key
+        ours = sigv4_headers(
+            host="sqs.eu-west-1.amazonaws.com",
+            path="/",
+            body=body,
+            target="AmazonSQS.ReceiveMessage",
+            region="eu-west-1",
+            credentials=creds.get_frozen_credentials(),
+            amz_date=request.headers["X-Amz-Date"],
+            keys=keys,
+        )
+        assert ours["Authorization"] == request.headers["Authorization"]
+        assert ours.get("X-Amz-Security-Token") == token
+    assert len(keys) == 1
