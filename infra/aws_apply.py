@@ -107,8 +107,6 @@ def clients(settings: Settings) -> Clients:
             "no AWS credentials: set AWS_PROFILE (or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), "
             "or run where an instance role provides them"
         )
-    if not settings.ses_region:
-        raise UsageError("no AWS Region: set FLASHSEND_SES_REGION (e.g. eu-west-1)")
     try:
         account = session.client("sts", config=_CONFIG).get_caller_identity()["Account"]
     except (BotoCoreError, ClientError) as exc:
@@ -128,6 +126,10 @@ def clients(settings: Settings) -> Clients:
 
 
 def desired_for(settings: Settings, path: str) -> Desired:
+    if not settings.ses_region:
+        raise UsageError("no AWS Region: set FLASHSEND_SES_REGION (e.g. eu-west-1)")
+    if not settings.sns_topic_arns:
+        raise UsageError("no SNS topic: set FLASHSEND_SNS_TOPIC_ARNS")
     try:
         return desired(options_from(settings), path)
     except ValueError as exc:

@@ -237,3 +237,25 @@ def test_aws_apply_against_the_stand_in_and_elasticmq_is_idempotent(
     names = {u.rsplit("/", 1)[1] for u in c.sqs.list_queues()["QueueUrls"]}
     assert f"{s.sqs_queue}-sns-dlq" in names
     assert (s.sqs_queue in names) == (path == "sqs")
+
+
+def test_flashsend_up_with_sqs_and_puller_lands_events(sqs_settings: Settings) -> None:
+    """`sqs` and `puller` as local services: `up` makes the queues and the stand-in's
+    subscription, starts `events pull`, and mail sent through the stand-in lands on
+    mail.events (the stack's broker, stand-in and ElasticMQ were already running)."""
+    from infra.stack import Stack
+
+    s = sqs_settings.model_copy(update={"local_services": ("kafka", "ses", "sqs", "puller")})
+    ensure_mail_topics(s)
+    lines: list[str] = []
+    stack = Stack(s)
+    try:
+        timings = stack.up(migrate=False, log=lines.append)
+        assert timings["sqs"] == 0.0 and timings["puller"] > 0, lines
+        status = {x.name: x.running for x in stack.status()}
+        assert status["sqs"] and status["puller"], status
+        send(s, [f"up{i}@{uuid.uuid4().hex[:6]}.flashsend.test" for i in range(5)], campaign="9")
+        wait_for("10 records", lambda: total_records(s, s.topic_mail_events) >= 10, 60)
+    finally:
+        assert stack.puller.stop()
+    assert total_records(s, s.topic_mail_events) == 10  # a Send and a Delivery each
