@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import boto3
 from botocore.config import Config
 from botocore.credentials import Credentials, ReadOnlyCredentials
+from botocore.exceptions import BotoCoreError, ClientError
 
 from flashsend.errors import FlashsendError, UsageError
 from flashsend.settings import Settings
@@ -38,16 +39,13 @@ _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 class SqsError(FlashsendError):
-    """An SQS call failed; `retryable` says whether the same call may succeed later."""
+    """An SQS call failed (the puller retries every kind: throttling, 5xx, a lost connection,
+    and a 4xx that an operator fixes, like a missing queue)."""
 
     def __init__(self, code: str, message: str, *, status: int = 0) -> None:
         self.code = code
         self.status = status
         super().__init__(f"SQS {code}: {message}"[:500])
-
-    @property
-    def retryable(self) -> bool:
-        return self.status == 0 or self.status >= 500 or "Throttl" in self.code
 
 
 class SqsCredentialsMissing(UsageError):
@@ -112,6 +110,8 @@ def queue_url(settings: Settings, name: str | None = None) -> str:
             f"SQS queue {name or settings.sqs_queue!r} does not exist at "
             f"{sqs_endpoint(settings)}: create it with `flashsend aws apply --path sqs`"
         ) from None
+    except (BotoCoreError, ClientError) as exc:
+        raise UsageError(f"SQS at {sqs_endpoint(settings)} did not answer: {exc}") from exc
 
 
 def sigv4_headers(

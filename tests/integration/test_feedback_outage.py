@@ -7,9 +7,6 @@ from pathlib import Path
 
 from flashsend.feedback_outage import OutageOptions, run_outage
 from flashsend.settings import Settings
-from tests.integration.sqs_helpers import sqs_server, sqs_settings
-
-__all__ = ["sqs_server", "sqs_settings"]  # fixtures used below
 
 
 def test_sqs_path_keeps_every_bounce_and_complaint_through_a_broker_outage(

@@ -7,9 +7,6 @@ from pathlib import Path
 
 from flashsend.settings import Settings
 from flashsend.sqs_bench import bench_sqs_path
-from tests.integration.sqs_helpers import sqs_server, sqs_settings
-
-__all__ = ["sqs_server", "sqs_settings"]  # fixtures used below
 
 
 def test_bench_sqs_path_measures_the_puller(sqs_settings: Settings, tmp_path: Path) -> None:

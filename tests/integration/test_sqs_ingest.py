@@ -29,9 +29,6 @@ from schemas.serde import AvroCodec, registry_client
 from sinks.ses import BulkEntry, SesSender, make_client
 from tests.integration.campaign_helpers import put_template
 from tests.integration.feedback_helpers import codec, header, read_all, total_records
-from tests.integration.sqs_helpers import sqs_server, sqs_settings
-
-__all__ = ["sqs_server", "sqs_settings"]  # fixtures used below
 
 FROM = "Sale <sale@news.flashsend.test>"
 
