@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flashsend.settings import Settings
+from infra.elasticmq import ElasticMq
 from infra.errors import StackError
 from infra.kafka import KafkaBroker
 from infra.migrate import apply_migrations
 from infra.postgres import PostgresServer
 from infra.process import ManagedProcess, port_open, require_free_port, wait_until
+from infra.puller_service import PullerService
 from infra.registry import SchemaRegistry
 from infra.ses_standin.journal import JOURNAL_FILE
 from infra.webhook_service import WebhookService
@@ -144,6 +146,8 @@ class Stack:
         self.ses = SesStandin(settings)
         self.registry = SchemaRegistry(settings)  # operations
         self.webhook = WebhookService(settings)  # deliverability
+        self.sqs = ElasticMq(settings)  # SES events through SQS
+        self.puller = PullerService(settings)
 
     def _services(
         self, log: Callable[[str], None] = print
@@ -154,9 +158,18 @@ class Stack:
             ("kafka", self.kafka.start, self.kafka.stop),
             ("ses", lambda: self.ses.start(log=log), self.ses.stop),
             ("registry", self.registry.start, self.registry.stop),
+            ("sqs", self._start_sqs, self.sqs.stop),  # after ses: it subscribes the queue
+            ("puller", self.puller.start, self.puller.stop),
             ("webhook", self.webhook.start, self.webhook.stop),  # after ses: it subscribes
         ]
         return [entry for entry in table if entry[0] in wanted]
+
+    def _start_sqs(self) -> float:
+        waited = self.sqs.start()
+        from infra.aws_apply import ensure_local_queues
+
+        ensure_local_queues(self.settings)
+        return waited
 
     def up(self, *, migrate: bool = True, log: Callable[[str], None] = print) -> dict[str, float]:
         """Start every local service; return start seconds per service (0.0 = was running)."""
@@ -196,6 +209,16 @@ class Stack:
             *(
                 [ServiceStatus("registry", self.registry.ready(), s.schema_registry_url)]
                 if "registry" in s.local_services
+                else []
+            ),
+            *(
+                [ServiceStatus("sqs", self.sqs.ready(), self.sqs.endpoint)]
+                if "sqs" in s.local_services
+                else []
+            ),
+            *(
+                [ServiceStatus("puller", self.puller.running(), s.sqs_queue)]
+                if "puller" in s.local_services
                 else []
             ),
             *(
