@@ -57,6 +57,7 @@ def options_from(settings: Settings) -> Options:
         max_receive_count=settings.sqs_max_receive_count,
         webhook_url=deliverability.public_url(settings) + deliverability.SNS_PATH,
         local=local,
+        event_types=tuple(deliverability.matching_event_types(settings)),
     )
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PATHS = ("sqs", "webhook")
+# The default event types of an event destination (FLASHSEND_SES_EVENT_TYPES sets them).
 SES_EVENT_TYPES = (
     "SEND",
     "REJECT",
@@ -46,7 +47,13 @@ EVENT_TYPE_NAMES = {
     "DELIVERY": "Delivery",
     "DELIVERY_DELAY": "DeliveryDelay",
     "RENDERING_FAILURE": "Rendering Failure",
+    "OPEN": "Open",
+    "CLICK": "Click",
+    "SUBSCRIPTION": "Subscription",
 }
+# The SES stand-in emits no engagement or subscription events: its SQS subscription leaves
+# them out (AWS's event destination keeps them).
+NOT_EMITTED_LOCALLY = frozenset({"OPEN", "CLICK", "SUBSCRIPTION"})
 LOCAL_ACCOUNT = "000000000000"
 
 # SNS HTTP/S limits (docs.aws.amazon.com/sns/latest/dg/sns-message-delivery-retries.html):
@@ -216,6 +223,7 @@ class Options:
     max_receive_count: int
     webhook_url: str
     local: bool
+    event_types: tuple[str, ...] = SES_EVENT_TYPES  # SESv2 MatchingEventTypes names
 
 
 def desired(options: Options, path: str) -> Desired:
@@ -234,6 +242,9 @@ def desired(options: Options, path: str) -> Desired:
             f"FLASHSEND_SNS_TOPIC_ARNS names the local placeholder account {LOCAL_ACCOUNT}: "
             "set it to arn:aws:sns:<region>:<your account id>:<topic name>"
         )
+    unknown = sorted(set(o.event_types) - set(EVENT_TYPE_NAMES))
+    if unknown or not o.event_types:
+        raise ValueError(f"event types {unknown or 'none'}: known {sorted(EVENT_TYPE_NAMES)}")
     if not o.configuration_sets:
         raise ValueError("no configuration set: set FLASHSEND_MARKETING_CONFIGURATION_SET")
     if path == "webhook" and not o.local and not o.webhook_url.startswith("https://"):
@@ -281,7 +292,7 @@ def desired(options: Options, path: str) -> Desired:
         local=o.local,
         configuration_sets=o.configuration_sets,
         destination=o.destination,
-        event_types=SES_EVENT_TYPES,
+        event_types=tuple(o.event_types),
         topic_arn=o.topic_arn,
         topic_attributes={
             "Policy": topic_policy(o.topic_arn, account, region, o.configuration_sets)
@@ -527,7 +538,7 @@ def _describe_subscription(sub: Subscription) -> str:
 def _standin_subscription(d: Desired, c: Current, ok: list[str]) -> list[Action]:
     queue_url_of = {name: found[0] for name, found in c.queues.items() if found is not None}
     queue = d.subscription.endpoint.rpartition(":")[2]
-    types = sorted(EVENT_TYPE_NAMES[t] for t in d.event_types)
+    types = sorted(EVENT_TYPE_NAMES[t] for t in d.event_types if t not in NOT_EMITTED_LOCALLY)
     for s in c.standin_subscriptions:
         if (
             s.get("topic_arn") == d.topic_arn

@@ -150,8 +150,9 @@ class Stack:
         self.puller = PullerService(settings)
 
     def _services(
-        self, log: Callable[[str], None] = print
+        self, log: Callable[[str], None] = print, *, every: bool = False
     ) -> list[tuple[str, Callable[[], float], Callable[[], bool]]]:
+        """The local services in start order: those of `local_services`, or `every` one."""
         wanted = self.settings.local_services
         table = [
             ("postgres", self.postgres.start, self.postgres.stop),
@@ -162,7 +163,10 @@ class Stack:
             ("puller", self.puller.start, self.puller.stop),
             ("webhook", self.webhook.start, self.webhook.stop),  # after ses: it subscribes
         ]
-        return [entry for entry in table if entry[0] in wanted]
+        return [entry for entry in table if every or entry[0] in wanted]
+
+    def service_names(self, *, every: bool = False) -> list[str]:
+        return [name for name, _start, _stop in self._services(every=every)]
 
     def _start_sqs(self) -> float:
         waited = self.sqs.start()
@@ -194,8 +198,10 @@ class Stack:
         return timings
 
     def down(self) -> list[str]:
+        """Stop every local service that runs, listed in `local_services` or not: one started
+        under other settings (`sqs` for a run, then `down` without it) is stopped too."""
         stopped = []
-        for name, _start, stop in reversed(self._services()):
+        for name, _start, stop in reversed(self._services(every=True)):
             if stop():
                 stopped.append(name)
         return stopped

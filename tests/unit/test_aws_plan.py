@@ -155,6 +155,37 @@ def test_ses_destinations_carry_the_types_the_feedback_loop_reads_and_not_open_o
     assert "OPEN" not in SES_EVENT_TYPES and "CLICK" not in SES_EVENT_TYPES
 
 
+def test_destinations_follow_the_configured_event_types() -> None:
+    """FLASHSEND_SES_EVENT_TYPES decides (Open and Click for engagement); the stand-in's SQS
+    subscription leaves out what the stand-in never emits."""
+    from flashsend import deliverability
+    from flashsend.settings import Settings
+    from infra.aws_apply import options_from
+
+    default = options_from(Settings(ses_endpoint=None, sqs_endpoint=None))
+    assert set(default.event_types) == set(SES_EVENT_TYPES)
+    engaged = Settings(ses_event_types=("Bounce", "Complaint", "Open", "Click"))
+    o = options_from(engaged)
+    assert o.event_types == tuple(deliverability.matching_event_types(engaged))
+    d = desired(replace(o, topic_arn=TOPIC, region="eu-west-1", local=False), "sqs")
+    [dest, *_] = [
+        a
+        for a in plan(d, nothing()).actions
+        if a.service == "ses" and "event_destination" in a.operation
+    ]
+    assert dest.params["EventDestination"]["MatchingEventTypes"] == [
+        "BOUNCE",
+        "COMPLAINT",
+        "OPEN",
+        "CLICK",
+    ]
+    local = desired(replace(o, topic_arn=TOPIC, region="eu-west-1", local=True), "sqs")
+    [sub] = [a for a in plan(local, nothing()).actions if a.service == "standin"]
+    assert sub.params["event_types"] == ["Bounce", "Complaint"]
+    with pytest.raises(ValueError, match="event types"):
+        desired(options(event_types=("BOUNCE", "OPENED")), "sqs")
+
+
 def test_topic_lets_ses_publish_for_our_configuration_sets_only() -> None:
     d = desired(options(), "sqs")
     statements = {s["Sid"]: s for s in json.loads(d.topic_attributes["Policy"])["Statement"]}
