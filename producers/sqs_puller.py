@@ -14,7 +14,8 @@ webhook's) → wait for the broker's ack → DeleteMessageBatch. So:
   leaves it in SQS, where it becomes visible again after the visibility timeout and is pulled
   again (records are then produced twice at worst; consumers dedupe on event_id);
 - poison (a body that is not a readable SES event) goes to the dead-letter topic with its
-  reason, and is deleted once the DLQ acknowledged it;
+  reason, and is deleted once the DLQ acknowledged it (not tried while the broker does not
+  acknowledge: it stays in SQS like the rest);
 - when the broker fails to acknowledge, every puller stops receiving until the broker answers
   metadata again (`BrokerGate`): a receive during an outage would only raise the message's
   receive count towards the queue's maxReceiveCount, after which SQS moves it to the SQS
@@ -256,8 +257,10 @@ class SqsPuller:
                 self.stats["records"] += len(records)
                 self.stats["published"] += len(good)
                 done.extend(m.receipt_handle for m in good)
-        if poison:
+        if poison and self.gate.is_open:  # else the dead-letter topic's broker is down too
             done.extend(await self._dead_letter(poison))
+        elif poison:
+            self.stats["dead_letter_deferred"] += len(poison)
         await self._delete(done)
 
     async def _dead_letter(self, poison: Sequence[tuple[SqsMessage, SesEventInvalid]]) -> list[str]:
@@ -279,6 +282,7 @@ class SqsPuller:
         except DeadLetterFailed as exc:
             self.stats["dead_letter_failed"] += len(letters)
             log.warning("dead letters not acknowledged, left in SQS: %s", exc)
+            self.gate.close()
             return []
         for _m, invalid in poison:
             self.stats[f"dead:{invalid.reason}"] += 1

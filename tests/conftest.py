@@ -117,7 +117,10 @@ def sqs_server(stack: LocalStack) -> Iterator[Settings]:
     from infra.elasticmq import ElasticMq
 
     port = free_port()
-    settings = stack.settings_for(sqs_port=port, sqs_endpoint=f"http://127.0.0.1:{port}")
+    # In memory: about half the server's CPU per message; nothing here restarts it.
+    settings = stack.settings_for(
+        sqs_port=port, sqs_endpoint=f"http://127.0.0.1:{port}", sqs_persist=False
+    )
     server = ElasticMq(settings)
     server.start()
     try:

@@ -1,19 +1,29 @@
-"""`bench_sqs_path` (for `flashsend feedback bench`): it drains what it filled, once each, and
-reports the figures the bench prints."""
+"""`flashsend feedback bench` measures both ingest paths: the webhook and SQS → events pull.
+Each drains what it was given, once; the top level reports the faster path."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from flashsend.lab.sqs_bench import bench_sqs_path
+from flashsend.lab.feedback_bench import BenchOptions, run_bench
 from flashsend.settings import Settings
 
 
-def test_bench_sqs_path_measures_the_puller(sqs_settings: Settings, tmp_path: Path) -> None:
-    result = bench_sqs_path(sqs_settings, events=8000, pullers=4, log_dir=tmp_path, log=print)
+def test_feedback_bench_reports_both_paths_and_the_faster_on_top(sqs_settings: Settings) -> None:
+    result = run_bench(
+        sqs_settings,
+        BenchOptions(events=2000, concurrency=8, processes=1, agent=False, pullers=4),
+        log=print,
+    )
     print(result)
-    assert result["records"] == 8000 and result["duplicates"] == 0
-    assert result["left_in_queue"] == 0
-    assert result["events_per_s"] > 0 and result["cpu_us_per_event"] > 0
-    assert result["puller"]["deleted"] == 8000
-    assert "sqs_server_cpu_us_per_event" in result
+    paths = result["paths"]
+    assert set(paths) == {"webhook", "sqs"}
+    sqs = paths["sqs"]
+    assert sqs["records"] == 2000 and sqs["duplicates"] == 0 and sqs["left_in_queue"] == 0
+    assert sqs["puller"]["deleted"] == 2000
+    assert sqs["events_per_s"] > 0 and sqs["cpu_us_per_event"] > 0
+    assert "sqs_server_cpu_us_per_event" in sqs
+    assert sqs["sqs_server"].startswith("ElasticMQ, the stack's")  # the session's, not a new one
+    assert paths["webhook"]["records_on_kafka"] == 2000
+    best = max(paths, key=lambda p: paths[p]["events_per_s"])
+    assert result["best_path"] == best
+    assert result["events_per_s"] == paths[best]["events_per_s"]
+    assert result["cpu_us_per_event"] == paths[best]["cpu_us_per_event"]

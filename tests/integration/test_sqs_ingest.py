@@ -166,17 +166,19 @@ def test_the_puller_publishes_the_records_the_webhook_publishes(
 def test_messages_stay_in_sqs_while_the_broker_does_not_acknowledge(
     sqs_settings: Settings,
 ) -> None:
-    """A puller whose broker never answers deletes nothing and stops receiving; another one
-    with a broker then lands every event (real SQS server, real broker; the first puller's
-    bootstrap is a closed port)."""
+    """A puller whose broker never answers deletes nothing, not even poison it could not
+    dead-letter, and stops receiving; another one with a broker then lands every event and
+    dead-letters the poison (real SQS server, real broker; the first puller's bootstrap is a
+    closed port)."""
     s = sqs_settings
     ensure_local_queues(s)
     ensure_mail_topics(s)
     assert s.ses_endpoint_url
+    boto3_sqs(s).send_message(QueueUrl=queue_url(s), MessageBody="{not json")
     send(s, [f"k{i}@{uuid.uuid4().hex[:6]}.flashsend.test" for i in range(10)], campaign="5")
     sink(s).wait_drained(timeout=60)
     queued = queue_depth(s)["waiting"]
-    assert queued >= 20  # a Send and a Delivery per message
+    assert queued >= 21  # the poison, a Send and a Delivery per message
     config = PullerConfig(queue_url(s), pullers=2, wait_s=1, visibility_s=5)
 
     async def run(bootstrap: str, seconds: float) -> SqsPuller:
@@ -204,11 +206,13 @@ def test_messages_stay_in_sqs_while_the_broker_does_not_acknowledge(
     assert dead.stats["received"] <= 2 * 10  # one batch per puller, then the gate
     assert sum(queue_depth(s).values()) == queued  # all still in SQS
     live = asyncio.run(run(s.kafka_bootstrap, 10.0))
-    assert live.stats["deleted"] == queued
-    assert total_records(s, s.topic_mail_events) == queued
+    assert live.stats["deleted"] == queued and live.stats["dead:not_json"] == 1
+    assert total_records(s, s.topic_mail_events) == queued - 1
     assert sum(queue_depth(s).values()) == 0
-    ids = {header(m, "event_id") for m in read_all(s, s.topic_mail_events, expect=queued)}
-    assert len(ids) == queued
+    ids = {header(m, "event_id") for m in read_all(s, s.topic_mail_events, expect=queued - 1)}
+    assert len(ids) == queued - 1
+    [letter] = read_dead_letters(s.kafka_bootstrap, s.topic_dlq, limit=10)
+    assert letter["reason"] == "not_json"
 
 
 @pytest.mark.parametrize("path", ["sqs", "webhook"])
