@@ -5,13 +5,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from flashsend.lab.feedback_outage import OutageOptions, run_outage
 from flashsend.settings import Settings
+from tests.conftest import LocalStack
 
 
 def test_sqs_path_keeps_every_bounce_and_complaint_through_a_broker_outage(
-    sqs_settings: Settings, tmp_path: Path
+    stack: LocalStack, sqs_settings: Settings, tmp_path: Path
 ) -> None:
+    if not stack.owned:
+        pytest.skip("stops the broker: only on the session's own stack, not a reused one")
     result = run_outage(
         sqs_settings,
         OutageOptions(
