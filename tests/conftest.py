@@ -140,4 +140,14 @@ def sqs_settings(settings: Settings, sqs_server: Settings) -> Settings:
         sqs_port=sqs_server.sqs_port,
         sqs_endpoint=sqs_server.sqs_endpoint,
         events_visibility_s=15,
+        # Fixed here, whatever the default: the tests count a Send and a Delivery per mail.
+        ses_event_types=(
+            "Send",
+            "Delivery",
+            "Bounce",
+            "Complaint",
+            "Reject",
+            "DeliveryDelay",
+            "Rendering Failure",
+        ),
     )
