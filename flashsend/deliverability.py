@@ -8,6 +8,7 @@ served over http by exactly the stand-in's host:port (or `sns_cert_authority`), 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit
 
@@ -65,6 +66,15 @@ def verifier_policy(settings: Settings) -> VerifierPolicy:
 
 def certificate_source(settings: Settings) -> HttpsCertificateSource:
     return HttpsCertificateSource(allow_http=cert_authority(settings) is not None)
+
+
+def webhook_processes(settings: Settings, cpus: int | None = None) -> int:
+    """How many webhook processes to run: the setting, or half the CPUs (at least one)."""
+    if settings.webhook_processes < 0:
+        raise DeliverabilityConfigError("FLASHSEND_WEBHOOK_PROCESSES must be 0 (auto) or more")
+    if settings.webhook_processes:
+        return settings.webhook_processes
+    return max(1, (cpus or os.cpu_count() or 1) // 2)
 
 
 def event_types(settings: Settings) -> tuple[str, ...]:

@@ -140,7 +140,9 @@ class Settings(BaseSettings):
 
     # Deliverability — docs/deliverability.md explains each knob.
     webhook_port: int = 14567
-    webhook_processes: int = 2  # processes sharing webhook_port (SO_REUSEPORT); ~1 core each
+    # Processes sharing webhook_port (SO_REUSEPORT), ~1 core each; 0: half the CPUs, at least
+    # one (the broker, PostgreSQL and the workers share the machine).
+    webhook_processes: int = 0
     webhook_public_url: str = ""  # base of List-Unsubscribe URLs; empty: http://127.0.0.1:PORT
     sns_topic_arns: tuple[str, ...] = ("arn:aws:sns:us-east-1:000000000000:flashsend-ses-events",)
     sns_cert_authority: str = ""  # host:port of a local signer; empty: see feedback_config.py
@@ -165,6 +167,21 @@ class Settings(BaseSettings):
         "Rendering Failure",
     )
 
+    # SES events through SQS (SES → SNS → SQS, raw message delivery → `flashsend events pull`)
+    # — docs/deliverability.md compares it with the webhook.
+    events_ingest: str = "webhook"  # webhook | sqs: the path `flashsend aws plan` sets up
+    sqs_port: int = 19324  # local ElasticMQ (loopback only), when "sqs" is a local service
+    sqs_endpoint: str | None = None  # None: local ElasticMQ; "": real Amazon SQS
+    sqs_heap_mb: int = 128
+    sqs_persist: bool = True  # ElasticMQ keeps messages on disk (survive down/up); False: memory
+    sqs_queue: str = "flashsend-ses-events"  # its dead-letter queue: "<name>-dlq"
+    sqs_max_receive_count: int = 10  # receives before SQS moves a message to the DLQ
+    sqs_retention_s: int = 14 * 86400  # SQS's maximum
+    events_pullers: int = 4  # concurrent ReceiveMessage long polls of `events pull`
+    events_wait_s: int = 20  # long-poll wait of one ReceiveMessage (SQS's maximum)
+    events_visibility_s: int = 60  # a message not deleted by then is delivered again
+    aws_events_destination: str = "flashsend-events"  # the configuration sets' event destination
+
     @model_validator(mode="after")
     def _fill_local_endpoints(self) -> Settings:
         # Frozen model: defaults that depend on other fields are filled once, here.
@@ -175,6 +192,8 @@ class Settings(BaseSettings):
             object.__setattr__(self, "pg_dsn", dsn)
         if self.ses_endpoint is None:
             object.__setattr__(self, "ses_endpoint", f"http://127.0.0.1:{self.ses_port}")
+        if self.sqs_endpoint is None:
+            object.__setattr__(self, "sqs_endpoint", f"http://127.0.0.1:{self.sqs_port}")
         if not self.schema_registry_url:  # operations
             url = "mock://flashsend"
             if "registry" in self.local_services:
@@ -201,6 +220,11 @@ class Settings(BaseSettings):
     def ses_endpoint_url(self) -> str | None:
         """endpoint_url for boto3, or None for real Amazon SES."""
         return self.ses_endpoint or None
+
+    @property
+    def sqs_endpoint_url(self) -> str | None:
+        """endpoint_url for boto3, or None for real Amazon SQS."""
+        return self.sqs_endpoint or None
 
 
 def load_settings(**overrides: object) -> Settings:

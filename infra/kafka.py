@@ -17,6 +17,7 @@ from pathlib import Path
 
 from flashsend.settings import Settings
 from infra.errors import PrerequisiteMissing, StackError
+from infra.maven import copy_dependencies
 from infra.process import ManagedProcess, port_open, require_free_port, wait_until
 
 POM = Path(__file__).parent / "kafka" / "pom.xml"
@@ -66,37 +67,7 @@ def require_java() -> str:
 
 def ensure_jars(settings: Settings) -> Path:
     """Resolve the broker jars from Maven Central once; later calls are a directory check."""
-    libs = libs_dir(settings)
-    marker = libs.parent / ".complete"
-    if marker.exists():
-        return libs
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise PrerequisiteMissing("mvn not found: install Maven (e.g. apt-get install maven)")
-    libs.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(
-        [
-            mvn,
-            "-q",
-            "-B",
-            "-f",
-            str(POM),
-            "dependency:copy-dependencies",
-            "-DincludeScope=runtime",
-            f"-DoutputDirectory={libs}",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        detail = (proc.stdout + proc.stderr).strip().splitlines()
-        hint = next((line for line in detail if "ERROR" in line), detail[-1] if detail else "")
-        raise StackError(
-            "could not fetch the Kafka jars from Maven Central (is it reachable? is ~/.m2 "
-            f"writable?): {hint.strip()}"
-        )
-    marker.write_text(kafka_version())
-    return libs
+    return copy_dependencies(POM, libs_dir(settings), "Kafka")
 
 
 class KafkaBroker:

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flashsend.settings import Settings
+from infra.elasticmq import ElasticMq
 from infra.errors import StackError
 from infra.kafka import KafkaBroker
 from infra.migrate import apply_migrations
 from infra.postgres import PostgresServer
 from infra.process import ManagedProcess, port_open, require_free_port, wait_until
+from infra.puller_service import PullerService
 from infra.registry import SchemaRegistry
 from infra.ses_standin.journal import JOURNAL_FILE
 from infra.webhook_service import WebhookService
@@ -144,19 +146,34 @@ class Stack:
         self.ses = SesStandin(settings)
         self.registry = SchemaRegistry(settings)  # operations
         self.webhook = WebhookService(settings)  # deliverability
+        self.sqs = ElasticMq(settings)  # SES events through SQS
+        self.puller = PullerService(settings)
 
     def _services(
-        self, log: Callable[[str], None] = print
+        self, log: Callable[[str], None] = print, *, every: bool = False
     ) -> list[tuple[str, Callable[[], float], Callable[[], bool]]]:
+        """The local services in start order: those of `local_services`, or `every` one."""
         wanted = self.settings.local_services
         table = [
             ("postgres", self.postgres.start, self.postgres.stop),
             ("kafka", self.kafka.start, self.kafka.stop),
             ("ses", lambda: self.ses.start(log=log), self.ses.stop),
             ("registry", self.registry.start, self.registry.stop),
+            ("sqs", self._start_sqs, self.sqs.stop),  # after ses: it subscribes the queue
+            ("puller", self.puller.start, self.puller.stop),
             ("webhook", self.webhook.start, self.webhook.stop),  # after ses: it subscribes
         ]
-        return [entry for entry in table if entry[0] in wanted]
+        return [entry for entry in table if every or entry[0] in wanted]
+
+    def service_names(self, *, every: bool = False) -> list[str]:
+        return [name for name, _start, _stop in self._services(every=every)]
+
+    def _start_sqs(self) -> float:
+        waited = self.sqs.start()
+        from infra.aws_apply import ensure_local_queues
+
+        ensure_local_queues(self.settings)
+        return waited
 
     def up(self, *, migrate: bool = True, log: Callable[[str], None] = print) -> dict[str, float]:
         """Start every local service; return start seconds per service (0.0 = was running)."""
@@ -181,8 +198,10 @@ class Stack:
         return timings
 
     def down(self) -> list[str]:
+        """Stop every local service that runs, listed in `local_services` or not: one started
+        under other settings (`sqs` for a run, then `down` without it) is stopped too."""
         stopped = []
-        for name, _start, stop in reversed(self._services()):
+        for name, _start, stop in reversed(self._services(every=True)):
             if stop():
                 stopped.append(name)
         return stopped
@@ -196,6 +215,16 @@ class Stack:
             *(
                 [ServiceStatus("registry", self.registry.ready(), s.schema_registry_url)]
                 if "registry" in s.local_services
+                else []
+            ),
+            *(
+                [ServiceStatus("sqs", self.sqs.ready(), self.sqs.endpoint)]
+                if "sqs" in s.local_services
+                else []
+            ),
+            *(
+                [ServiceStatus("puller", self.puller.running(), s.sqs_queue)]
+                if "puller" in s.local_services
                 else []
             ),
             *(

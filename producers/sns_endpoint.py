@@ -26,8 +26,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
-from producers.event_publisher import EventPublisher, OutRecord, PublishFailed
-from producers.ses_events import SCHEMA, SesEventInvalid, parse_ses_message
+from producers.event_publisher import EventPublisher, PublishFailed
+from producers.ses_events import SesEventInvalid, parse_ses_message
+from producers.ses_records import out_records
 from producers.sns_verify import (
     CertificateSource,
     CertificateUnavailable,
@@ -158,18 +159,7 @@ class SnsEndpoint:
             )
         except SesEventInvalid as exc:
             return await self._dead_letter(msg, exc)
-        out = [
-            OutRecord(
-                key=r["recipient"].encode(),
-                value=self.codec.encode(r),
-                headers=[
-                    ("flashsend.schema", SCHEMA.encode()),
-                    ("event_type", str(r["event_type"]).encode()),
-                    ("event_id", str(r["event_id"]).encode()),
-                ],
-            )
-            for r in records
-        ]
+        out = out_records(records, self.codec)
         try:
             await self.publisher.publish(out)
         except PublishFailed as exc:

@@ -107,3 +107,47 @@ def settings(stack: LocalStack) -> Settings:
         group_sender=f"sender-{suffix}",
         app_id=f"flashsend-{suffix}",
     )
+
+
+@pytest.fixture(scope="session")
+def sqs_server(stack: LocalStack) -> Iterator[Settings]:
+    """A real SQS server (ElasticMQ) beside the session's stack, for the SQS ingest path's
+    tests only (defined here, once: a session fixture imported into several modules would
+    be set up once per module)."""
+    from infra.elasticmq import ElasticMq
+
+    port = free_port()
+    # In memory: about half the server's CPU per message; nothing here restarts it.
+    settings = stack.settings_for(
+        sqs_port=port, sqs_endpoint=f"http://127.0.0.1:{port}", sqs_persist=False
+    )
+    server = ElasticMq(settings)
+    server.start()
+    try:
+        yield settings
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def sqs_settings(settings: Settings, sqs_server: Settings) -> Settings:
+    """The test's settings (own database and topics) on the SQS server, with its own queue,
+    SNS topic, webhook port and configuration sets."""
+    from flashsend.lab.sqs_run import with_sqs
+
+    return with_sqs(
+        settings,
+        sqs_port=sqs_server.sqs_port,
+        sqs_endpoint=sqs_server.sqs_endpoint,
+        events_visibility_s=15,
+        # Fixed here, whatever the default: the tests count a Send and a Delivery per mail.
+        ses_event_types=(
+            "Send",
+            "Delivery",
+            "Bounce",
+            "Complaint",
+            "Reject",
+            "DeliveryDelay",
+            "Rendering Failure",
+        ),
+    )

@@ -32,10 +32,12 @@ Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 
 def registry() -> list[Register]:
     from flashsend.cli import (
+        aws,
         bench,
         campaign,
         control,
         demo,
+        events,
         feedback,
         mail,
         operations,
@@ -53,7 +55,9 @@ def registry() -> list[Register]:
         demo.register,
         bench.register,
         mail.register,
-        feedback.register,  # webhook, feedback status|bench|e2e
+        feedback.register,  # webhook, feedback status|bench|e2e|outage
+        events.register,  # events pull (the SQS ingest path)
+        aws.register,  # aws plan|apply
         schemas.register,
         operations.register,  # after control: adds `dlq show|replay`
         resend.register,  # after control: adds `campaign resend-unknown`

@@ -20,8 +20,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "published as Avro on mail.events, 200 only after the broker's ack); GET/POST "
         "/u/TOKEN is the List-Unsubscribe target. `flashsend up` starts one on "
         "FLASHSEND_WEBHOOK_PORT and subscribes it at the local SES stand-in. "
-        "With --processes N (default FLASHSEND_WEBHOOK_PROCESSES, 2), N processes answer on "
-        "the one port (SO_REUSEPORT); one process ingests on about one core.",
+        "With --processes N (default FLASHSEND_WEBHOOK_PROCESSES, or half the CPUs: 1 on a "
+        "2-core machine), N processes answer on the one port (SO_REUSEPORT); one process "
+        "ingests on about one core.",
         epilog="examples:\n  flashsend webhook\n  flashsend webhook --processes 4 --port 8443"
         "\n  flashsend webhook --processes 1   # one process, e.g. under a process manager",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -32,7 +33,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--processes",
         type=int,
         default=None,
-        help="webhook processes sharing the port (default FLASHSEND_WEBHOOK_PROCESSES, 2)",
+        help="webhook processes sharing the port (default FLASHSEND_WEBHOOK_PROCESSES; "
+        "0 or unset: half the CPUs, at least 1)",
     )
     p.add_argument("--loglevel", default="info", help="default %(default)s")
     # Set by the supervisor of --processes N for its children.
@@ -61,13 +63,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "complaint → campaign paused",
         description="Runs its own webhook (and a feedback worker) against the current stack's "
         "Kafka and PostgreSQL, in a scratch database and topics, and POSTs notifications it "
-        "signed in advance (the SES stand-in is not involved). Reports per ingest path "
-        "events_per_s and cpu_us_per_event (CPU time of the ingest processes per event: the "
-        "figure to compare across runs on a shared machine), the load generator's own CPU and "
-        "the machine's other load; then the feedback agent's rate and the complaint → pause "
-        "delay.",
+        "signed in advance (the SES stand-in is not involved); then fills an SQS queue (the "
+        "stack's ElasticMQ, or one started for the run) and drains it with `flashsend events "
+        "pull`. Reports per ingest path (paths.webhook, paths.sqs) events_per_s and "
+        "cpu_us_per_event (CPU time of the ingest processes per event: the figure to compare "
+        "across runs on a shared machine; the SQS server's apart), the load generator's own "
+        "CPU and the machine's other load; the top-level events_per_s is the faster path's "
+        "(best_path); then the feedback agent's rate and the complaint → pause delay.",
         epilog="examples:\n  flashsend feedback bench --json\n"
-        "  flashsend feedback bench --events 5000 --processes 1 --ingest-only",
+        "  flashsend feedback bench --events 5000 --processes 1 --ingest-only\n"
+        "  flashsend feedback bench --events 10000 --pullers 16 --ingest-only --json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
@@ -83,7 +88,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--processes",
         type=int,
         default=None,
-        help="webhook processes (default FLASHSEND_WEBHOOK_PROCESSES, 2)",
+        help="webhook processes (default: as `flashsend webhook`, half the CPUs)",
     )
     p.add_argument(
         "--pauses", type=int, default=5, help="complaint → pause measurements (default %(default)s)"
@@ -92,6 +97,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--ingest-only",
         action="store_true",
         help="measure the ingest path only (no feedback worker, no pause delays)",
+    )
+    p.add_argument(
+        "--no-sqs", action="store_true", help="skip the SQS path (SQS → `flashsend events pull`)"
+    )
+    p.add_argument(
+        "--pullers",
+        type=int,
+        default=8,
+        help="concurrent long polls of the SQS path's puller (default %(default)s)",
     )
     p.add_argument("--json", action="store_true", help="one JSON line on stdout")
     p.set_defaults(func=cmd_bench)
@@ -138,10 +152,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_webhook(args: argparse.Namespace) -> int:
+    from flashsend import deliverability
     from producers.webhook import run_webhook
 
     settings = load_settings()
-    processes = settings.webhook_processes if args.processes is None else args.processes
+    processes = (
+        deliverability.webhook_processes(settings) if args.processes is None else args.processes
+    )
     if processes < 1:
         raise SystemExit("flashsend webhook: --processes must be at least 1")
     return run_webhook(
@@ -202,6 +219,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         pauses=args.pauses,
         processes=args.processes,
         agent=not args.ingest_only,
+        sqs=not args.no_sqs,
+        pullers=args.pullers,
     )
     result = run_bench(load_settings(), options, log=(lambda _m: None) if args.json else print)
     print(json.dumps(result, indent=None if args.json else 2))

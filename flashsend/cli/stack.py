@@ -69,6 +69,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"  postgres  {settings.pg_dsn}")
     print(f"  ses       {settings.ses_endpoint_url or 'real Amazon SES'}")
     print(f"  registry  {settings.schema_registry_url}")
+    if "sqs" in settings.local_services:
+        print(f"  sqs       {settings.sqs_endpoint_url} (queue {settings.sqs_queue})")
     print(f"start seconds: {json.dumps(timings)}")
     return 0
 

@@ -4,14 +4,18 @@ and the delay complaint → campaign paused.
 On the current stack's Kafka and PostgreSQL, in a scratch database and topics, with a real
 `flashsend webhook` (its default number of processes unless told) and a real feedback worker:
 
-1. Ingest, per path (today: the SNS webhook): `events` SES Delivery notifications, signed in
+1. Ingest, per path. The SNS webhook: `events` SES Delivery notifications, signed in
    advance by a local signer whose certificate this bench serves (the webhook is started with
    `sns_cert_authority` pointing at it), POSTed over `concurrency` kept-alive connections, one
    request at a time each, as SNS does (`flashsend.lab.sns_load`). Every 200 means the broker
    acknowledged. Reported: events/s, latency percentiles, and the CPU time per event of the
    webhook processes — the figure that does not depend on what else the machine runs — beside
    the load generator's own CPU and the machine's other load, so a reader can tell whether the
-   webhook or the machine was the limit.
+   webhook or the machine was the limit. The SQS path (`flashsend.lab.sqs_bench`): a queue
+   filled with `events` raw SES events, drained by a real `flashsend events pull` onto its
+   own topic; the puller's CPU per event, the SQS server's apart (AWS's in production). The
+   stack's ElasticMQ when it runs, else one the bench starts in memory and stops.
+   The top level's `events_per_s` and `cpu_us_per_event` are the faster path's.
 2. The feedback worker then consumes that backlog: the agent's events/s.
 3. Pause delay: `pauses` times, a campaign in `sending` whose counters sit exactly at the
    complaint threshold after the minimum sample gets one more complaint POSTed to the webhook;
@@ -38,6 +42,7 @@ from typing import Any
 import psutil
 import psycopg
 
+from flashsend import deliverability
 from flashsend.lab.feedback_run import (
     WebhookProcess,
     end_offsets,
@@ -64,8 +69,10 @@ class BenchOptions:
     events: int = 20_000
     concurrency: int = 64
     pauses: int = 5
-    processes: int | None = None  # webhook processes; None: settings.webhook_processes
+    processes: int | None = None  # webhook processes; None: as `flashsend webhook` would run
     agent: bool = True  # also measure the feedback agent and the complaint → pause delay
+    sqs: bool = True  # also measure the SQS path (events pull)
+    pullers: int = 8  # concurrent long polls of the SQS path's puller
 
 
 class CertServer:
@@ -165,7 +172,7 @@ def run_bench(
     key_pem, cert_pem = generate_signing_key()
     certs = CertServer(cert_pem)
     base = scratch_settings(settings, "bench")
-    processes = options.processes or settings.webhook_processes
+    processes = options.processes or deliverability.webhook_processes(settings)
     s = with_feedback(
         base,
         sns_cert_authority=certs.authority,
@@ -213,8 +220,6 @@ def run_bench(
                 "cores": round(posted.cpu_s / wall, 2),
             },
         }
-        result["events_per_s"] = path["events_per_s"]  # the best path's (one path today)
-        result["cpu_us_per_event"] = path["cpu_us_per_event"]
         result["paths"] = {"webhook": path}
         result["machine"] = {
             "cpus": os.cpu_count(),
@@ -232,6 +237,13 @@ def run_bench(
         }
         log(f"webhook: {path}")
         log(f"machine: {result['machine']}")
+        if options.sqs:
+            result["paths"]["sqs"] = _sqs_path(s, options, log_dir, log)
+            result["services"]["sqs_server"] = result["paths"]["sqs"]["sqs_server"]
+        best = max(result["paths"], key=lambda name: result["paths"][name]["events_per_s"])
+        result["best_path"] = best
+        result["events_per_s"] = result["paths"][best]["events_per_s"]
+        result["cpu_us_per_event"] = result["paths"][best]["cpu_us_per_event"]
         if not options.agent:
             return result
 
@@ -253,6 +265,42 @@ def run_bench(
         feedback.stop()
         webhook.stop()
         certs.close()
+
+
+def _sqs_path(
+    s: Settings, options: BenchOptions, log_dir: Path, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """The SQS path on its own topic (the feedback agent's figures stay the webhook's), on the
+    stack's ElasticMQ or, when none answers, one started for the run."""
+    from flashsend.lab.sqs_bench import bench_sqs_path
+    from infra.elasticmq import ElasticMq
+
+    own = s.model_copy(update={"topic_mail_events": s.topic_mail_events + "-sqs"})
+    started: ElasticMq | None = None
+    if not (s.sqs_endpoint_url and ElasticMq(s).ready()):
+        port = free_port()
+        own = own.model_copy(
+            update={
+                "sqs_port": port,
+                "sqs_endpoint": f"http://127.0.0.1:{port}",
+                "sqs_persist": False,
+                "state_dir": log_dir / "sqs-server",
+            }
+        )
+        started = ElasticMq(own)
+        log(f"starting ElasticMQ for the run on port {port}")
+        started.start()
+    try:
+        path = bench_sqs_path(
+            own, events=options.events, pullers=options.pullers, log_dir=log_dir, log=log
+        )
+    finally:
+        if started is not None:
+            started.stop()
+    path["sqs_server"] = "ElasticMQ, " + (
+        "started for the run (in memory)" if started else f"the stack's ({own.sqs_endpoint_url})"
+    )
+    return path
 
 
 def _pause_delays(

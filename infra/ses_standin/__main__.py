@@ -16,6 +16,7 @@ from infra.ses_standin.account import SesAccount
 from infra.ses_standin.emission import EventEmission
 from infra.ses_standin.faults import FaultConfig
 from infra.ses_standin.server import build_app
+from infra.ses_standin.sqs_sink import SqsSink
 
 log = logging.getLogger("infra.ses_standin")
 
@@ -68,14 +69,18 @@ async def serve(args: argparse.Namespace) -> None:
     # Event publishing: SES events as signed SNS POSTs to subscribed webhooks.
     emission = EventEmission(args.state_dir / "events", resume_backlog=args.resume_events)
     account.on_accepted.append(emission.on_accepted)
+    sqs_sink = SqsSink.beside(emission, args.state_dir / "events")  # the same events into SQS
+    account.on_accepted.append(sqs_sink.on_accepted)
     app = build_app(account)
     emission.register(app)
+    sqs_sink.register(app)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port, backlog=1024, shutdown_timeout=1.0)
     await site.start()
     host, port = runner.addresses[0][:2]
     await emission.start(f"http://{host}:{port}")
+    await sqs_sink.start()
     log.info("ses_standin_ready url=http://%s:%s state_dir=%s", host, port, args.state_dir)
     # One machine-readable line on stdout, for launchers that pass --port 0.
     print(f"ses-standin listening on http://{host}:{port}", flush=True)

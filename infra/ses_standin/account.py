@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from infra.ses_standin.config_sets import ConfigurationSets
 from infra.ses_standin.errors import (
     BadRequest,
     LimitExceeded,
@@ -69,6 +70,7 @@ class SesAccount:
         state_dir.mkdir(parents=True, exist_ok=True)
         self.journal = Journal(state_dir / JOURNAL_FILE)
         self.templates = TemplateStore(state_dir / "templates.json")
+        self.configuration_sets = ConfigurationSets(state_dir / "configuration-sets.json")
         self.index = MessageIndex()
         self.sent_last_24h = RollingCounter()
         self.bucket = TokenBucket.full(config.max_send_rate, clock())

@@ -58,6 +58,14 @@ def build_app(account: SesAccount) -> web.Application:
     router.add_put("/v2/email/templates/{name}", _ses(update_email_template))
     router.add_delete("/v2/email/templates/{name}", _ses(delete_email_template))
     router.add_get("/v2/email/account", _ses(get_account))
+    sets = "/v2/email/configuration-sets"
+    router.add_post(sets, _ses(create_configuration_set))
+    router.add_get(sets + "/{name}", _ses(get_configuration_set))
+    router.add_delete(sets + "/{name}", _ses(delete_configuration_set))
+    router.add_post(sets + "/{name}/event-destinations", _ses(create_event_destination))
+    router.add_get(sets + "/{name}/event-destinations", _ses(get_event_destinations))
+    router.add_put(sets + "/{name}/event-destinations/{dest}", _ses(update_event_destination))
+    router.add_delete(sets + "/{name}/event-destinations/{dest}", _ses(delete_event_destination))
     AdminApi(account).register(app)
     app.on_shutdown.append(_on_shutdown)
     return app
@@ -148,6 +156,53 @@ async def delete_email_template(request: web.Request, account: SesAccount) -> we
 
 async def get_account(request: web.Request, account: SesAccount) -> web.StreamResponse:
     return ses_json(account.account(time.time()))
+
+
+# Configuration sets and event destinations: stored and answered (`config_sets.py`).
+
+
+async def create_configuration_set(request: web.Request, account: SesAccount) -> web.StreamResponse:
+    account.configuration_sets.create(await _json_body(request))
+    return ses_json({})
+
+
+async def get_configuration_set(request: web.Request, account: SesAccount) -> web.StreamResponse:
+    return ses_json(account.configuration_sets.get(request.match_info["name"]))
+
+
+async def delete_configuration_set(request: web.Request, account: SesAccount) -> web.StreamResponse:
+    account.configuration_sets.delete(request.match_info["name"])
+    return ses_json({})
+
+
+async def create_event_destination(request: web.Request, account: SesAccount) -> web.StreamResponse:
+    body = await _json_body(request)
+    dest = body.get("EventDestinationName")
+    if not isinstance(dest, str):
+        raise BadRequest("EventDestinationName is required.")
+    account.configuration_sets.put_destination(
+        request.match_info["name"], dest, body.get("EventDestination"), create=True
+    )
+    return ses_json({})
+
+
+async def get_event_destinations(request: web.Request, account: SesAccount) -> web.StreamResponse:
+    return ses_json(account.configuration_sets.destinations(request.match_info["name"]))
+
+
+async def update_event_destination(request: web.Request, account: SesAccount) -> web.StreamResponse:
+    m = request.match_info
+    body = await _json_body(request)
+    account.configuration_sets.put_destination(
+        m["name"], m["dest"], body.get("EventDestination"), create=False
+    )
+    return ses_json({})
+
+
+async def delete_event_destination(request: web.Request, account: SesAccount) -> web.StreamResponse:
+    m = request.match_info
+    account.configuration_sets.delete_destination(m["name"], m["dest"])
+    return ses_json({})
 
 
 def _ses(operation: Operation) -> Handler:

@@ -104,7 +104,9 @@ def test_a_second_webhook_on_a_taken_port_refuses_to_start(
 def test_feedback_bench_reports_per_path_figures(settings: Settings) -> None:
     began = time.monotonic()
     result = run_bench(
-        settings, BenchOptions(events=300, concurrency=8, pauses=1, processes=2), log=print
+        settings,
+        BenchOptions(events=300, concurrency=8, pauses=1, processes=2, sqs=False),
+        log=print,
     )
     path = result["paths"]["webhook"]
     assert path["records_on_kafka"] == 300

@@ -107,3 +107,11 @@ def test_event_destinations_publish_what_the_agents_use_and_no_engagement_by_def
     for bad in (("Delivery", "Opened"), ()):
         with pytest.raises(deliverability.DeliverabilityConfigError, match="SES_EVENT_TYPES"):
             deliverability.event_types(settings(ses_event_types=bad))
+
+
+def test_webhook_processes_default_to_half_the_cpus() -> None:
+    auto = settings(webhook_processes=0)
+    assert [deliverability.webhook_processes(auto, cpus=n) for n in (1, 2, 3, 8)] == [1, 1, 1, 4]
+    assert deliverability.webhook_processes(settings(webhook_processes=3), cpus=2) == 3
+    with pytest.raises(deliverability.DeliverabilityConfigError, match="WEBHOOK_PROCESSES"):
+        deliverability.webhook_processes(settings(webhook_processes=-1))

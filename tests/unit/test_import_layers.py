@@ -4,7 +4,8 @@
   or the SES stand-in: it ships, they do not.
 - Stores (sinks) use only the pure decision modules of streams, never the agents: a streams
   module is pure when it imports no I/O library (Faust, Kafka, PostgreSQL, boto3, asyncio).
-- Nothing but the lab and the local stack imports the SES stand-in.
+- Nothing but the lab and the local stack imports the SES stand-in (the local stack includes
+  `flashsend aws plan|apply`'s local mode, where the stand-in plays SNS).
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ def violations(ours: dict[str, set[str]], theirs: dict[str, set[str]]) -> list[s
             if within(module, "sinks") and within(target, "streams") and target not in pure_streams:
                 found.append(f"a store imports an agent: {module} -> {target}")
             if within(target, STANDIN) and not within(
-                module, (STANDIN, *LAB, "infra.stack", "infra.webhook_service")
+                module, (STANDIN, *LAB, "infra.stack", "infra.webhook_service", "infra.aws_apply")
             ):
                 found.append(f"product code imports the SES stand-in: {module} -> {target}")
     return found

@@ -1,0 +1,629 @@
+"""What production needs in AWS for the feedback loop, and the actions that get there (pure).
+
+`desired(settings, path, account)` says what must exist; `infra/aws_apply.py` reads what does
+exist into a `Current`; `plan(desired, current)` compares them and returns the calls that make
+them equal, in dependency order. Nothing here talks to AWS, so every decision is unit-tested.
+
+Both ingest paths share: the SES configuration sets (marketing and transactional), an event
+destination on each with the event types the feedback loop reads (Open and Click off), and the
+SNS topic the webhook trusts (`FLASHSEND_SNS_TOPIC_ARNS`, first entry), whose access policy
+lets SES publish for those configuration sets only. Then:
+
+- `sqs`: the events queue (14 days' retention, long polling, a redrive policy sending a
+  message received `sqs_max_receive_count` times to `<queue>-dlq`), an access policy letting
+  only the topic send to it, and a raw-delivery SQS subscription;
+- `webhook`: an HTTPS subscription to the webhook with the delivery policy below (SNS retries
+  for about an hour, the longest AWS allows) and a redrive policy: what SNS still could not
+  deliver lands in `<queue>-sns-dlq` instead of being dropped.
+
+Either way the subscription's own failures (SNS could not deliver at all) go to
+`<queue>-sns-dlq`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+PATHS = ("sqs", "webhook")
+# The default event types of an event destination (FLASHSEND_SES_EVENT_TYPES sets them).
+SES_EVENT_TYPES = (
+    "SEND",
+    "REJECT",
+    "BOUNCE",
+    "COMPLAINT",
+    "DELIVERY",
+    "DELIVERY_DELAY",
+    "RENDERING_FAILURE",
+)
+# The same types in the stand-in's (SES event JSON's) spelling.
+EVENT_TYPE_NAMES = {
+    "SEND": "Send",
+    "REJECT": "Reject",
+    "BOUNCE": "Bounce",
+    "COMPLAINT": "Complaint",
+    "DELIVERY": "Delivery",
+    "DELIVERY_DELAY": "DeliveryDelay",
+    "RENDERING_FAILURE": "Rendering Failure",
+    "OPEN": "Open",
+    "CLICK": "Click",
+    "SUBSCRIPTION": "Subscription",
+}
+# The SES stand-in emits no engagement or subscription events: its SQS subscription leaves
+# them out (AWS's event destination keeps them).
+NOT_EMITTED_LOCALLY = frozenset({"OPEN", "CLICK", "SUBSCRIPTION"})
+LOCAL_ACCOUNT = "000000000000"
+
+# SNS HTTP/S limits (docs.aws.amazon.com/sns/latest/dg/sns-message-delivery-retries.html):
+# numRetries <= 100, 1 <= minDelayTarget <= maxDelayTarget <= 3600, and the whole policy's
+# retry time at most 3,600 s. This one: 2 retries 5 s apart, 10 growing exponentially from
+# 5 s to 60 s, then 55 a minute apart: about 59 minutes (`retry_window_s`).
+HTTP_DELIVERY_POLICY: dict[str, Any] = {
+    "healthyRetryPolicy": {
+        "minDelayTarget": 5,
+        "maxDelayTarget": 60,
+        "numRetries": 67,
+        "numNoDelayRetries": 0,
+        "numMinDelayRetries": 2,
+        "numMaxDelayRetries": 55,
+        "backoffFunction": "exponential",
+    }
+}
+MAX_RETRY_WINDOW_S = 3600
+MAX_RETRIES = 100
+
+
+def retry_window_s(policy: Mapping[str, Any]) -> float:
+    """Seconds between the first attempt and the last retry of an HTTP/S delivery policy, as
+    its four phases add up (exponential backoff phase: a geometric series from min to max)."""
+    p = policy["healthyRetryPolicy"]
+    low, high = float(p["minDelayTarget"]), float(p["maxDelayTarget"])
+    no_delay = int(p.get("numNoDelayRetries", 0))
+    at_min = int(p.get("numMinDelayRetries", 0))
+    at_max = int(p.get("numMaxDelayRetries", 0))
+    backoff = int(p["numRetries"]) - no_delay - at_min - at_max
+    if backoff < 0:
+        raise ValueError("numRetries is smaller than the retries of its phases")
+    if backoff == 1:
+        middle = low
+    elif backoff > 1:
+        ratio = (high / low) ** (1 / (backoff - 1))
+        middle = low * (ratio**backoff - 1) / (ratio - 1) if ratio != 1 else low * backoff
+    else:
+        middle = 0.0
+    return at_min * low + middle + at_max * high
+
+
+def check_delivery_policy(policy: Mapping[str, Any]) -> None:
+    """ValueError unless SNS would accept `policy` for an HTTP/S subscription."""
+    p = policy["healthyRetryPolicy"]
+    if not 0 <= int(p["numRetries"]) <= MAX_RETRIES:
+        raise ValueError(f"numRetries must be 0..{MAX_RETRIES}")
+    if not 1 <= int(p["minDelayTarget"]) <= int(p["maxDelayTarget"]) <= MAX_RETRY_WINDOW_S:
+        raise ValueError("need 1 <= minDelayTarget <= maxDelayTarget <= 3600")
+    if retry_window_s(policy) > MAX_RETRY_WINDOW_S:
+        raise ValueError(f"the retries span more than {MAX_RETRY_WINDOW_S} s")
+
+
+# ---- desired state --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Subscription:
+    protocol: str  # "sqs" | "https" | "http" (local only)
+    endpoint: str  # queue ARN or URL
+    attributes: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Desired:
+    path: str
+    region: str
+    account: str
+    local: bool  # local endpoints: the stand-in for SES, a local SQS server, no SNS
+    configuration_sets: tuple[str, ...]
+    destination: str
+    event_types: tuple[str, ...]
+    topic_arn: str
+    topic_attributes: dict[str, str]
+    queues: dict[str, dict[str, str]]  # name -> attributes, in creation order
+    subscription: Subscription
+    # Attributes the local SQS server accepts and drops (never compared there).
+    unkept_queue_attributes: frozenset[str] = frozenset()
+
+    def queue_arn(self, name: str) -> str:
+        return f"arn:aws:sqs:{self.region}:{self.account}:{name}"
+
+
+def parse_topic_arn(arn: str) -> tuple[str, str, str]:
+    """(region, account, name) of an SNS topic ARN; ValueError if it is not one."""
+    parts = arn.split(":")
+    if len(parts) != 6 or parts[0] != "arn" or parts[2] != "sns" or not parts[5]:
+        raise ValueError(f"not an SNS topic ARN: {arn!r}")
+    if not (parts[4].isdigit() and len(parts[4]) == 12):
+        raise ValueError(f"the account in {arn!r} is not a 12-digit AWS account id")
+    return parts[3], parts[4], parts[5]
+
+
+def _policy(statements: Sequence[dict[str, Any]]) -> str:
+    return json.dumps({"Version": "2012-10-17", "Statement": list(statements)}, sort_keys=True)
+
+
+def topic_policy(topic_arn: str, account: str, region: str, sets: Sequence[str]) -> str:
+    """The account keeps its default rights; SES may publish for our configuration sets only."""
+    return _policy(
+        [
+            {
+                "Sid": "OwnerAccount",
+                "Effect": "Allow",
+                "Principal": {"AWS": "*"},
+                "Action": [
+                    "SNS:GetTopicAttributes",
+                    "SNS:SetTopicAttributes",
+                    "SNS:AddPermission",
+                    "SNS:RemovePermission",
+                    "SNS:DeleteTopic",
+                    "SNS:Subscribe",
+                    "SNS:ListSubscriptionsByTopic",
+                    "SNS:Publish",
+                ],
+                "Resource": topic_arn,
+                "Condition": {"StringEquals": {"AWS:SourceOwner": account}},
+            },
+            {
+                "Sid": "SesEventPublishing",
+                "Effect": "Allow",
+                "Principal": {"Service": "ses.amazonaws.com"},
+                "Action": "SNS:Publish",
+                "Resource": topic_arn,
+                "Condition": {
+                    "StringEquals": {"AWS:SourceAccount": account},
+                    "ArnLike": {
+                        "AWS:SourceArn": [
+                            f"arn:aws:ses:{region}:{account}:configuration-set/{name}"
+                            for name in sets
+                        ]
+                    },
+                },
+            },
+        ]
+    )
+
+
+def queue_policy(queue_arn: str, topic_arn: str) -> str:
+    """Only the topic may send: raw delivery carries no signature, so this is what makes a
+    message in the queue an SES event of ours."""
+    return _policy(
+        [
+            {
+                "Sid": "OnlyOurTopic",
+                "Effect": "Allow",
+                "Principal": {"Service": "sns.amazonaws.com"},
+                "Action": "sqs:SendMessage",
+                "Resource": queue_arn,
+                "Condition": {"ArnEquals": {"aws:SourceArn": topic_arn}},
+            }
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class Options:
+    """What `desired` needs besides the path (from Settings, see `options_from`)."""
+
+    topic_arn: str
+    region: str
+    configuration_sets: tuple[str, ...]
+    destination: str
+    queue: str
+    retention_s: int
+    visibility_s: int
+    max_receive_count: int
+    webhook_url: str
+    local: bool
+    event_types: tuple[str, ...] = SES_EVENT_TYPES  # SESv2 MatchingEventTypes names
+
+
+def desired(options: Options, path: str) -> Desired:
+    """ValueError names the first setting that cannot work."""
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}")
+    o = options
+    region, account, _name = parse_topic_arn(o.topic_arn)
+    if region != o.region:
+        raise ValueError(
+            f"the SNS topic {o.topic_arn} is in {region}, SES in {o.region}: SES publishes "
+            "events only to a topic in its own Region"
+        )
+    if not o.local and account == LOCAL_ACCOUNT:
+        raise ValueError(
+            f"FLASHSEND_SNS_TOPIC_ARNS names the local placeholder account {LOCAL_ACCOUNT}: "
+            "set it to arn:aws:sns:<region>:<your account id>:<topic name>"
+        )
+    unknown = sorted(set(o.event_types) - set(EVENT_TYPE_NAMES))
+    if unknown or not o.event_types:
+        raise ValueError(f"event types {unknown or 'none'}: known {sorted(EVENT_TYPE_NAMES)}")
+    if not o.configuration_sets:
+        raise ValueError("no configuration set: set FLASHSEND_MARKETING_CONFIGURATION_SET")
+    if path == "webhook" and not o.local and not o.webhook_url.startswith("https://"):
+        raise ValueError(
+            "the webhook path needs the webhook's public https URL in "
+            "FLASHSEND_WEBHOOK_PUBLIC_URL (SNS delivers to https endpoints in production)"
+        )
+    check_delivery_policy(HTTP_DELIVERY_POLICY)
+    arn = f"arn:aws:sqs:{region}:{account}:"
+    sns_dlq = f"{o.queue}-sns-dlq"
+    retention = str(o.retention_s)
+    queues: dict[str, dict[str, str]] = {
+        sns_dlq: {
+            "MessageRetentionPeriod": retention,
+            "Policy": queue_policy(arn + sns_dlq, o.topic_arn),
+        }
+    }
+    redrive = json.dumps({"deadLetterTargetArn": arn + sns_dlq})
+    if path == "sqs":
+        dlq = f"{o.queue}-dlq"
+        queues[dlq] = {"MessageRetentionPeriod": retention}
+        queues[o.queue] = {
+            "MessageRetentionPeriod": retention,
+            "VisibilityTimeout": str(o.visibility_s),
+            "ReceiveMessageWaitTimeSeconds": "20",
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": arn + dlq, "maxReceiveCount": o.max_receive_count}
+            ),
+            "Policy": queue_policy(arn + o.queue, o.topic_arn),
+        }
+        subscription = Subscription(
+            "sqs", arn + o.queue, {"RawMessageDelivery": "true", "RedrivePolicy": redrive}
+        )
+    else:
+        protocol = "https" if o.webhook_url.startswith("https://") else "http"
+        subscription = Subscription(
+            protocol,
+            o.webhook_url,
+            {"DeliveryPolicy": json.dumps(HTTP_DELIVERY_POLICY), "RedrivePolicy": redrive},
+        )
+    return Desired(
+        path=path,
+        region=region,
+        account=account,
+        local=o.local,
+        configuration_sets=o.configuration_sets,
+        destination=o.destination,
+        event_types=tuple(o.event_types),
+        topic_arn=o.topic_arn,
+        topic_attributes={
+            "Policy": topic_policy(o.topic_arn, account, region, o.configuration_sets)
+        },
+        queues=queues,
+        subscription=subscription,
+        unkept_queue_attributes=(
+            frozenset({"Policy", "MessageRetentionPeriod"}) if o.local else frozenset()
+        ),
+    )
+
+
+# ---- current state --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CurrentSubscription:
+    arn: str  # "PendingConfirmation" until the endpoint confirmed
+    protocol: str
+    endpoint: str
+    attributes: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Current:
+    # configuration set -> its event destinations by name (None: the set does not exist)
+    configuration_sets: dict[str, dict[str, dict[str, Any]] | None]
+    # queue name -> (url, attributes) (None: no such queue)
+    queues: dict[str, tuple[str, dict[str, str]] | None]
+    topic: dict[str, str] | None = None  # attributes; None: no topic (or not read: local)
+    subscriptions: tuple[CurrentSubscription, ...] = ()
+    # Local only: the stand-in's SQS subscriptions (its stand-in for SNS → SQS).
+    standin_subscriptions: tuple[dict[str, Any], ...] = ()
+
+
+# ---- the plan ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Action:
+    service: str  # ses | sns | sqs | standin
+    operation: str  # the boto3 method (or the stand-in admin call)
+    params: dict[str, Any]
+    summary: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    actions: tuple[Action, ...]
+    up_to_date: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def changes(self) -> int:
+        return len(self.actions)
+
+
+def canonical(value: str) -> Any:
+    """An attribute value as compared: JSON parsed with one-element lists unwrapped and
+    numbers as text (AWS answers `"maxReceiveCount": 10` for `"10"`, and may store a
+    single-element list as a scalar); other values as they are."""
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return value
+    return _canon(parsed) if isinstance(parsed, dict | list) else value
+
+
+def _canon(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _canon(v) for k, v in sorted(value.items())}
+    if isinstance(value, list):
+        items = [_canon(v) for v in value]
+        if len(items) == 1:
+            return items[0]
+        return sorted(items, key=lambda v: json.dumps(v, sort_keys=True))
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+def _differs(
+    wanted: Mapping[str, str], have: Mapping[str, str], skip: frozenset[str]
+) -> dict[str, str]:
+    return {
+        k: v
+        for k, v in wanted.items()
+        if k not in skip and (k not in have or canonical(v) != canonical(have[k]))
+    }
+
+
+def plan(d: Desired, c: Current) -> Plan:
+    actions: list[Action] = []
+    ok: list[str] = []
+    notes: list[str] = []
+
+    # Queues first: the subscription and the redrive policies name them.
+    for name, wanted in d.queues.items():
+        found = c.queues.get(name)
+        kept = {k: v for k, v in wanted.items() if k not in d.unkept_queue_attributes}
+        if found is None:
+            actions.append(
+                Action(
+                    "sqs",
+                    "create_queue",
+                    {"QueueName": name, "Attributes": kept},
+                    f"create SQS queue {name} ({_describe_queue(wanted)})",
+                )
+            )
+            continue
+        url, have = found
+        changed = _differs(wanted, have, d.unkept_queue_attributes)
+        if changed:
+            actions.append(
+                Action(
+                    "sqs",
+                    "set_queue_attributes",
+                    {"QueueUrl": url, "Attributes": changed},
+                    f"set {', '.join(sorted(changed))} on SQS queue {name}",
+                )
+            )
+        else:
+            ok.append(f"SQS queue {name}")
+    if d.unkept_queue_attributes:
+        notes.append(
+            "the local SQS server (ElasticMQ) accepts and drops "
+            f"{', '.join(sorted(d.unkept_queue_attributes))}: not applied or compared locally "
+            "(AWS keeps them: the unit tests check they are planned)"
+        )
+
+    if d.local:
+        notes.append(
+            "SNS is not emulated locally: the topic, its policy and the subscription are planned "
+            "only against AWS; locally the SES stand-in delivers to the "
+            + (
+                "queue itself (an SQS subscription with raw delivery)"
+                if d.path == "sqs"
+                else "webhook (`flashsend up` subscribes it)"
+            )
+        )
+        if d.path == "sqs":
+            actions.extend(_standin_subscription(d, c, ok))
+    else:
+        actions.extend(_topic(d, c, ok))
+        actions.extend(_subscription(d, c, ok, notes))
+
+    for name in d.configuration_sets:
+        actions.extend(_configuration_set(d, name, c.configuration_sets.get(name), ok, notes))
+    return Plan(tuple(actions), tuple(ok), tuple(notes))
+
+
+def _describe_queue(attributes: Mapping[str, str]) -> str:
+    parts = []
+    if "MessageRetentionPeriod" in attributes:
+        parts.append(f"retention {int(attributes['MessageRetentionPeriod']) // 86400} days")
+    if "RedrivePolicy" in attributes:
+        redrive = json.loads(attributes["RedrivePolicy"])
+        target = redrive["deadLetterTargetArn"].rpartition(":")[2]
+        parts.append(f"to {target} after {redrive['maxReceiveCount']} receives")
+    if "Policy" in attributes:
+        parts.append("only the SNS topic may send")
+    return ", ".join(parts)
+
+
+def _topic(d: Desired, c: Current, ok: list[str]) -> list[Action]:
+    name = d.topic_arn.rpartition(":")[2]
+    if c.topic is None:
+        return [
+            Action(
+                "sns",
+                "create_topic",
+                {"Name": name, "Attributes": dict(d.topic_attributes)},
+                f"create SNS topic {name} (SES may publish for {', '.join(d.configuration_sets)})",
+            )
+        ]
+    changed = _differs(d.topic_attributes, c.topic, frozenset())
+    if not changed:
+        ok.append(f"SNS topic {name}")
+    return [
+        Action(
+            "sns",
+            "set_topic_attributes",
+            {"TopicArn": d.topic_arn, "AttributeName": k, "AttributeValue": v},
+            f"set {k} on SNS topic {name}",
+        )
+        for k, v in changed.items()
+    ]
+
+
+def _subscription(d: Desired, c: Current, ok: list[str], notes: list[str]) -> list[Action]:
+    sub = d.subscription
+    what = f"{sub.protocol} subscription {sub.endpoint}"
+    found = [
+        s for s in c.subscriptions if s.protocol == sub.protocol and s.endpoint == sub.endpoint
+    ]
+    confirmed = [s for s in found if s.arn.startswith("arn:")]
+    if not confirmed:
+        if found:
+            notes.append(
+                f"{what} is pending confirmation: is the webhook reachable there? subscribing "
+                "again sends a new confirmation"
+            )
+        return [
+            Action(
+                "sns",
+                "subscribe",
+                {
+                    "TopicArn": d.topic_arn,
+                    "Protocol": sub.protocol,
+                    "Endpoint": sub.endpoint,
+                    "Attributes": dict(sub.attributes),
+                    "ReturnSubscriptionArn": True,
+                },
+                f"subscribe {what} ({_describe_subscription(sub)})",
+            )
+        ]
+    current = confirmed[0]
+    changed = _differs(sub.attributes, current.attributes, frozenset())
+    if not changed:
+        ok.append(what)
+    return [
+        Action(
+            "sns",
+            "set_subscription_attributes",
+            {"SubscriptionArn": current.arn, "AttributeName": k, "AttributeValue": v},
+            f"set {k} on {what}",
+        )
+        for k, v in changed.items()
+    ]
+
+
+def _describe_subscription(sub: Subscription) -> str:
+    if sub.attributes.get("RawMessageDelivery") == "true":
+        return "raw message delivery, undeliverable to the SNS DLQ"
+    if "DeliveryPolicy" in sub.attributes:
+        window = retry_window_s(json.loads(sub.attributes["DeliveryPolicy"]))
+        return f"retries for {window / 60:.0f} min, then to the SNS DLQ"
+    return ""
+
+
+def _standin_subscription(d: Desired, c: Current, ok: list[str]) -> list[Action]:
+    queue_url_of = {name: found[0] for name, found in c.queues.items() if found is not None}
+    queue = d.subscription.endpoint.rpartition(":")[2]
+    types = sorted(EVENT_TYPE_NAMES[t] for t in d.event_types if t not in NOT_EMITTED_LOCALLY)
+    for s in c.standin_subscriptions:
+        if (
+            s.get("topic_arn") == d.topic_arn
+            and str(s.get("queue_url", "")).rstrip("/").endswith("/" + queue)
+            and sorted(s.get("event_types") or []) == types
+            and sorted(s.get("configuration_sets") or []) == sorted(d.configuration_sets)
+        ):
+            ok.append(f"stand-in SQS subscription to {queue}")
+            return []
+    return [
+        Action(
+            "standin",
+            "subscribe",
+            {
+                "queue": queue,
+                "queue_url": queue_url_of.get(queue),
+                "topic_arn": d.topic_arn,
+                "configuration_sets": list(d.configuration_sets),
+                "event_types": types,
+            },
+            f"subscribe queue {queue} at the SES stand-in (raw delivery)",
+        )
+    ]
+
+
+def _configuration_set(
+    d: Desired,
+    name: str,
+    destinations: dict[str, dict[str, Any]] | None,
+    ok: list[str],
+    notes: list[str],
+) -> list[Action]:
+    wanted = {
+        "Enabled": True,
+        "MatchingEventTypes": list(d.event_types),
+        "SnsDestination": {"TopicArn": d.topic_arn},
+    }
+    actions: list[Action] = []
+    if destinations is None:
+        actions.append(
+            Action(
+                "ses",
+                "create_configuration_set",
+                {"ConfigurationSetName": name},
+                f"create SES configuration set {name}",
+            )
+        )
+        destinations = {}
+    have = destinations.get(d.destination)
+    params = {
+        "ConfigurationSetName": name,
+        "EventDestinationName": d.destination,
+        "EventDestination": wanted,
+    }
+    types = ", ".join(t.lower() for t in d.event_types)
+    if have is None:
+        actions.append(
+            Action(
+                "ses",
+                "create_configuration_set_event_destination",
+                params,
+                f"add event destination {d.destination} to {name} ({types} → SNS)",
+            )
+        )
+    elif not _same_destination(have, wanted):
+        actions.append(
+            Action(
+                "ses",
+                "update_configuration_set_event_destination",
+                params,
+                f"update event destination {d.destination} of {name} ({types} → SNS)",
+            )
+        )
+    else:
+        ok.append(f"SES configuration set {name} and its event destination {d.destination}")
+    for other, dest in destinations.items():
+        if other != d.destination:
+            notes.append(f"event destination {other} of {name} is not ours: left as it is ({dest})")
+    return actions
+
+
+def _same_destination(have: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    return (
+        bool(have.get("Enabled")) == wanted["Enabled"]
+        and sorted(have.get("MatchingEventTypes") or []) == sorted(wanted["MatchingEventTypes"])
+        and (have.get("SnsDestination") or {}).get("TopicArn")
+        == wanted["SnsDestination"]["TopicArn"]
+    )
