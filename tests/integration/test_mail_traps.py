@@ -11,6 +11,7 @@ catches it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -235,6 +236,22 @@ def wait_consumed(settings: Settings, timeout: float = 60.0) -> None:
         consumer.close()
 
 
+def _wait_stopped(pid: int, timeout: float = 5.0) -> None:
+    """Until every thread of `pid` is stopped: a JVM thread already sending its ack when
+    SIGSTOP arrives would otherwise still answer."""
+    deadline = time.monotonic() + timeout
+    task = Path(f"/proc/{pid}/task")
+    while True:
+        states = []
+        for t in task.iterdir():
+            with contextlib.suppress(OSError):
+                states.append((t / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        if states and all(st in ("T", "t") for st in states):
+            return
+        assert time.monotonic() < deadline, f"process {pid} not stopped: {states}"
+        time.sleep(0.01)
+
+
 def test_ack_timeout_publishes_twice_and_the_mail_service_sends_once(
     stack: LocalStack, tmp_path: Path
 ) -> None:
@@ -273,6 +290,7 @@ def test_ack_timeout_publishes_twice_and_the_mail_service_sends_once(
         order_id, to = place()
         os.kill(broker_pid, signal.SIGSTOP)
         try:
+            _wait_stopped(broker_pid)  # the signal is delivered asynchronously
             timed_out = relay.run_once()
         finally:
             os.kill(broker_pid, signal.SIGCONT)
