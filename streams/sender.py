@@ -306,7 +306,7 @@ class Lane:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._more.wait(), remaining)
 
-    def _requeue(self, rows: list[ClaimedRecipient]) -> None:
+    def _requeue(self, rows: Sequence[ClaimedRecipient]) -> None:
         """Put rows taken for a call back at the head of the queue (they keep their turn)."""
         self._rows.extendleft(reversed(rows))
         self._has_rows.set()
@@ -319,7 +319,7 @@ class Lane:
         while self._rows and len(call) < size:
             row = self._rows.popleft()
             (call if row.campaign_id == first.campaign_id else rest).append(row)
-        self._rows.extendleft(reversed(rest))
+        self._requeue(list(rest))
         self._oldest_at = time.monotonic()  # the rows left behind start a new wait
         self._has_room.set()
         if not self._rows:

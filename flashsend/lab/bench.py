@@ -27,7 +27,8 @@ import psycopg
 from flashsend.lab.bench_campaign import run_campaign
 from flashsend.lab.bench_figures import DEFAULT_SWEEP_RATES, DEFAULT_SWEEP_SECONDS, worst_ratio
 from flashsend.lab.demo import ensure_users
-from flashsend.lab.events_lag import EVENTS_LAG_KEYS, events_lag, topic_ends
+from flashsend.lab.events_lag import EVENTS_LAG_KEYS, events_lag
+from flashsend.lab.feedback_run import end_offsets
 from flashsend.lab.limiter_sweep import run_sweep
 from flashsend.lab.partition_stalls import campaign_stall
 from flashsend.lab.pause_latency import check_clock, pause_figures, pause_run
@@ -293,7 +294,7 @@ def _main_campaign(
     log: Callable[[str], None],
 ) -> Series:
     log(f"bench: main campaign to the first {options.users:,} users, rate unlimited")
-    events_from = topic_ends(settings) if options.events else {}
+    events_from = end_offsets(settings, settings.topic_mail_events) if options.events else {}
 
     def settle(campaign_id: int) -> dict[str, Any]:
         if not options.events:

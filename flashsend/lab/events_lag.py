@@ -21,7 +21,6 @@ import psycopg
 
 from flashsend.lab.bench_figures import percentile
 from flashsend.lab.feedback_crossing import read_ses_events
-from flashsend.lab.feedback_run import end_offsets
 from flashsend.settings import Settings
 from infra.ses_standin.events_admin import SesEventsAdmin
 
@@ -36,11 +35,6 @@ EVENTS_LAG_KEYS = (
 )
 SAMPLE_EVERY = 97  # not a multiple of the partition count: every partition is sampled
 POLL_S = 0.5
-
-
-def topic_ends(settings: Settings) -> dict[int, int]:
-    """Where mail.events ends now: the start of the next campaign's events."""
-    return end_offsets(settings, settings.topic_mail_events)
 
 
 def events_lag(
