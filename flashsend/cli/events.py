@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from flashsend.cli.lab_result import run_and_print
 from flashsend.settings import load_settings
 
 PULL_HELP = """\
@@ -123,10 +124,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
 
 def cmd_outage(args: argparse.Namespace) -> int:
-    import json
-
     from flashsend.lab.feedback_outage import OutageOptions, run_outage_scratch
-    from flashsend.lab.run import sigterm_interrupts
 
     options = OutageOptions(
         seconds=args.seconds,
@@ -139,9 +137,9 @@ def cmd_outage(args: argparse.Namespace) -> int:
         outage_when_sent=args.outage_when_sent,
         timeout_s=args.timeout,
     )
-    with sigterm_interrupts():
-        result = run_outage_scratch(
-            load_settings(), options, log=(lambda _m: None) if args.json else print
-        )
-    print(json.dumps(result, indent=None if args.json else 2))
-    return 0 if result.get("ok") else 1
+    return run_and_print(
+        args,
+        lambda log: run_outage_scratch(load_settings(), options, log=log),
+        exit_on_ok=True,
+        interruptible=True,
+    )

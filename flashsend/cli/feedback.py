@@ -9,6 +9,7 @@ import argparse
 import json
 from typing import Any
 
+from flashsend.cli.lab_result import run_and_print
 from flashsend.settings import load_settings
 
 
@@ -222,14 +223,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         sqs=not args.no_sqs,
         pullers=args.pullers,
     )
-    result = run_bench(load_settings(), options, log=(lambda _m: None) if args.json else print)
-    print(json.dumps(result, indent=None if args.json else 2))
-    return 0
+    return run_and_print(args, lambda log: run_bench(load_settings(), options, log=log))
 
 
 def cmd_e2e(args: argparse.Namespace) -> int:
     from flashsend.lab.feedback_e2e import E2eOptions, run_e2e_scratch
-    from flashsend.lab.run import sigterm_interrupts
 
     options = E2eOptions(
         users=args.users,
@@ -241,9 +239,9 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         sender_nice=args.sender_nice,
     )
-    with sigterm_interrupts():
-        result = run_e2e_scratch(
-            load_settings(), options, log=(lambda _m: None) if args.json else print
-        )
-    print(json.dumps(result, indent=None if args.json else 2))
-    return 0 if result.get("ok") else 1
+    return run_and_print(
+        args,
+        lambda log: run_e2e_scratch(load_settings(), options, log=log),
+        exit_on_ok=True,
+        interruptible=True,
+    )

@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 
+from flashsend.cli.lab_result import run_and_print
 from flashsend.errors import UsageError
 from flashsend.settings import load_settings
 from infra.orders_db import ensure_orders_db
@@ -281,9 +282,7 @@ def cmd_mail_bench(args: argparse.Namespace) -> int:
         users=args.users,
         campaign_workers=args.campaign_workers,
     )
-    result = run_bench(settings, options, log=(lambda _m: None) if args.json else print)
-    print(json.dumps(result, indent=None if args.json else 2))
-    return 0
+    return run_and_print(args, lambda log: run_bench(settings, options, log=log))
 
 
 # ---- relay ---------------------------------------------------------------------------------

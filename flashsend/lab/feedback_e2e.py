@@ -29,8 +29,8 @@ from flashsend.lab.feedback_run import (
     campaign_row,
     feedback_counters,
     feedback_lag,
+    in_scratch,
     insert_users,
-    scratch_settings,
     suppressed,
     wait_for,
     with_feedback,
@@ -66,9 +66,8 @@ def run_e2e_scratch(
     settings: Settings, options: E2eOptions, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
     """On the running stack, in a scratch database (kept for inspection: see the result)."""
-    scratch = scratch_settings(settings, "e2e")
-    log(f"scratch database {scratch.pg_database}")
-    return run_e2e(scratch, options, log, log_dir=settings.state_dir / "feedback-e2e")
+    scratch, log_dir = in_scratch(settings, "e2e", log)
+    return run_e2e(scratch, options, log, log_dir=log_dir)
 
 
 def run_e2e(

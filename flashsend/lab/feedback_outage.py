@@ -31,8 +31,8 @@ from flashsend.lab.feedback_run import (
     WebhookProcess,
     campaign_row,
     feedback_lag,
+    in_scratch,
     insert_users,
-    scratch_settings,
     suppressed,
     wait_for,
 )
@@ -72,9 +72,8 @@ def run_outage_scratch(
     settings: Settings, options: OutageOptions, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
     """On the running stack, in a scratch database (kept for inspection: see the result)."""
-    scratch = scratch_settings(settings, "outage")
-    log(f"scratch database {scratch.pg_database}")
-    return run_outage(scratch, options, log, log_dir=settings.state_dir / "feedback-outage")
+    scratch, log_dir = in_scratch(settings, "outage", log)
+    return run_outage(scratch, options, log, log_dir=log_dir)
 
 
 def run_outage(

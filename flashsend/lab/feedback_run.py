@@ -68,6 +68,14 @@ def scratch_settings(settings: Settings, label: str) -> Settings:
     )
 
 
+def in_scratch(settings: Settings, label: str, log: Callable[[str], None]) -> tuple[Settings, Path]:
+    """A scratch database for a run on the running stack (kept for inspection: the run's
+    result names it) and the directory for the run's process logs."""
+    scratch = scratch_settings(settings, label)
+    log(f"scratch database {scratch.pg_database}")
+    return scratch, settings.state_dir / f"feedback-{label}"
+
+
 def with_feedback(settings: Settings, **overrides: Any) -> Settings:
     """Own webhook port, SNS topic and marketing configuration set (the stand-in is shared:
     its subscriptions and feedback rates are scoped by configuration set)."""

@@ -402,8 +402,16 @@ def batches_for(
     if not targets:
         return out
     plan = [(str(a), str(o)) for a, o in item["plan"]]
+    # Only the types some target subscribes to are built (None: a target takes every type).
+    kinds = [sub.get("event_types") for sub in targets]
+    wanted = None if any(k is None for k in kinds) else {t for k in kinds for t in k or ()}
     for event_type, event in build_events(
-        item["record"], plan, rejected=bool(item["rejected"]), now=now, region=region
+        item["record"],
+        plan,
+        rejected=bool(item["rejected"]),
+        now=now,
+        region=region,
+        wanted=wanted,
     ):
         body: str | None = None
         for sub in targets:
