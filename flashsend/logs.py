@@ -42,9 +42,7 @@ _PAIR = re.compile(r"\b(" + "|".join(FIELDS) + r")=([^\s,;]+)")
 # A %-placeholder of a logging format string (printf style, as `logging` applies it).
 _PLACEHOLDER = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[a-zA-Z%]")
 # What names the argument of a placeholder: `key=%s`, or `campaign %s` / `partition %s`.
-_KEY_BEFORE = re.compile(
-    r"(?:\b(" + "|".join(FIELDS) + r")=|\b(campaign|partition|seq|offset) )$"
-)
+_KEY_BEFORE = re.compile(r"(?:\b(" + "|".join(FIELDS) + r")=|\b(campaign|partition|seq|offset) )$")
 _ALIASES = {"campaign": "campaign_id"}
 
 
@@ -68,6 +66,8 @@ def argument_fields(msg: object, args: object) -> dict[str, Any]:
             )
         index += 1
     return out
+
+
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
 

@@ -146,9 +146,7 @@ class RecipientStore:
             skipped = 0
             for cid, seq, user_id, email, first_name, status, attempt in rows:
                 if status == "sending":
-                    claimed.append(
-                        ClaimedRecipient(cid, seq, user_id, email, first_name, attempt)
-                    )
+                    claimed.append(ClaimedRecipient(cid, seq, user_id, email, first_name, attempt))
                 elif status == "skipped":
                     skipped += 1
                 # 'pending': a paused campaign's row, flagged for requeue on resume

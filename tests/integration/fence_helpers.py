@@ -24,8 +24,6 @@ async def take(store: Any, partitions: list[int]) -> dict[int, int]:
     return dict(await store.offsets.take(Assignment.of(store.topic, partitions)))
 
 
-
-
 def doorbells(
     settings: Settings, campaign_id: int, rows: list[tuple[int, int]], first_offset: int
 ) -> list[Consumed]:

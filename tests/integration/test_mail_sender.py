@@ -205,8 +205,10 @@ def test_explicit_failures_retry_with_backoff_then_fail(ms: Settings, stack: Loc
             run_senders(
                 ms,
                 # Waiting for `pending` too: the row is `sending` while a call is out.
-                lambda: (row := mail_row(ms, "order-confirmed:83") or {}).get("attempts", 0) >= 4
-                and row["status"] == "pending",
+                lambda: (
+                    (row := mail_row(ms, "order-confirmed:83") or {}).get("attempts", 0) >= 4
+                    and row["status"] == "pending"
+                ),
                 configs=[{"retry": replace(sender_config(ms).retry, max_attempts=2)}],
             )
         )

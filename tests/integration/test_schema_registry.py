@@ -236,9 +236,7 @@ def test_a_service_outside_the_local_stack_refuses_to_start_on_an_unregistered_c
     assert serde.codec(s, "order_event").schema_id > 0  # registered by the deploy step: found
 
 
-def test_schema_ids_survive_a_restart_of_the_registry(
-    stack: LocalStack, tmp_path: Path
-) -> None:
+def test_schema_ids_survive_a_restart_of_the_registry(stack: LocalStack, tmp_path: Path) -> None:
     settings = _registry_settings(stack, tmp_path)
     service = SchemaRegistry(settings)
     service.start()

@@ -54,8 +54,9 @@ def test_an_in_place_edit_of_a_released_file_fails_without_git(
     _add_field(directory / "unsubscribed.v1.avsc", field)
     failures = _failures(directory)
     assert list(failures) == ["unsubscribed.v1.avsc"]
-    assert "released version 1 of flashsend.unsubscribed-value was edited in place" in (
-        failures["unsubscribed.v1.avsc"][0]
+    assert (
+        "released version 1 of flashsend.unsubscribed-value was edited in place"
+        in (failures["unsubscribed.v1.avsc"][0])
     )
     assert "unsubscribed.v2.avsc" in failures["unsubscribed.v1.avsc"][0]
 
