@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -265,6 +265,38 @@ def serve(port: int, host: str = "127.0.0.1") -> int | None:
 
         port = free_port()
     if port not in _servers:
-        _servers[port] = start_http_server(port, addr=host, registry=REGISTRY)
-        log.warning("metrics on http://%s:%d/metrics", host, port)
+        _servers[port] = _start_server(port, host)
+        log.warning("metrics on http://%s:%d/metrics (probes: /healthz, /readyz)", host, port)
     return port
+
+
+def _start_server(port: int, host: str) -> Any:
+    """/metrics, and the scheduler's probes (flashsend.health) on the same port."""
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    from prometheus_client import make_wsgi_app
+    from prometheus_client.exposition import ThreadingWSGIServer
+
+    from flashsend import health
+
+    metrics_app = make_wsgi_app(REGISTRY)
+    probes = {"/healthz": health.PROBE.alive, "/readyz": health.PROBE.ready}
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        probe = probes.get(environ.get("PATH_INFO", ""))
+        if probe is None:
+            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+        ok, why = probe(time.monotonic())
+        body = (why + "\n").encode()
+        status = "200 OK" if ok else "503 Service Unavailable"
+        start_response(status, [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    class QuietHandler(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            return None
+
+    server = make_server(host, port, app, ThreadingWSGIServer, handler_class=QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
+    thread.start()
+    return server

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.core import GaugeMetricFamily
 from psycopg import sql
 
-from flashsend import deliverability, metrics
+from flashsend import deliverability, health, metrics
 from flashsend.settings import Settings
 from sinks.queries import query
 
@@ -31,24 +31,33 @@ class Watermarks:
         self._consumer: Consumer | None = None
         self._lock = threading.Lock()
 
+    def _client(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(
+                {
+                    "bootstrap.servers": self._bootstrap,
+                    "group.id": f"flashsend-metrics-{uuid.uuid4().hex[:8]}",
+                    "enable.auto.commit": False,
+                }
+            )
+        return self._consumer
+
+    def check_brokers(self, timeout: float = 2.0) -> None:
+        """Raises unless a broker answers a metadata request within `timeout` (readiness)."""
+        with self._lock:
+            brokers = self._client().list_topics(timeout=timeout).brokers
+        if not brokers:
+            raise ConnectionError("no Kafka broker answered")
+
     def ends(self, topic: str) -> dict[int, tuple[int, int]]:
         with self._lock:
-            if self._consumer is None:
-                self._consumer = Consumer(
-                    {
-                        "bootstrap.servers": self._bootstrap,
-                        "group.id": f"flashsend-metrics-{uuid.uuid4().hex[:8]}",
-                        "enable.auto.commit": False,
-                    }
-                )
-            md = self._consumer.list_topics(topic, timeout=3).topics.get(topic)
+            consumer = self._client()
+            md = consumer.list_topics(topic, timeout=3).topics.get(topic)
             if md is None or md.error is not None:
                 return {}
             out = {}
             for p in md.partitions:
-                low, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(topic, p), timeout=3
-                )
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=3)
                 out[p] = (int(low), int(high))
             return out
 
@@ -233,6 +242,25 @@ def declare(settings: Settings, role: str) -> None:
         )
 
 
+def pg_check(dsn: str, timeout_s: int = 2) -> Callable[[], None]:
+    def check() -> None:
+        with psycopg.connect(dsn, connect_timeout=timeout_s, autocommit=True) as conn:
+            conn.execute("SELECT 1")
+
+    return check
+
+
+def probe_stores(settings: Settings, role: str, marks: Watermarks) -> None:
+    """What /readyz asks for this role (flashsend.health): its databases and the brokers."""
+    s = settings
+    probe = health.PROBE
+    probe.store("kafka", marks.check_brokers)
+    if role in ("campaign", "mail", "feedback", "webhook"):
+        probe.store("postgresql", pg_check(s.pg_dsn))
+    if role == "relay":
+        probe.store("orders database", pg_check(s.orders_pg_dsn))
+
+
 def start(settings: Settings, role: str) -> int | None:
     """Serve /metrics for a process role (campaign | mail | feedback | relay | webhook), if
     enabled."""
@@ -242,6 +270,7 @@ def start(settings: Settings, role: str) -> int | None:
     marks = Watermarks(s.kafka_bootstrap)
     readers = readers_for(s, role, marks)
     declare(s, role)
+    probe_stores(s, role, marks)
     try:
         metrics.install("state", metrics.StateCollector(combine(*readers)))
         return metrics.serve(s.metrics_port, s.metrics_host)

@@ -334,12 +334,18 @@ class OutboxRelay:
     # ---- the loop -------------------------------------------------------------------------
 
     def run(
-        self, stop: threading.Event, on_pass: Callable[[PassResult], None] | None = None
+        self,
+        stop: threading.Event,
+        on_pass: Callable[[PassResult], None] | None = None,
+        on_loop: Callable[[], None] | None = None,
     ) -> None:
         """Until `stop`: hold the lock (or wait for it), publish, back off on errors. Never
-        dies on an error: a relay thread that silently stopped would stall every event."""
+        dies on an error: a relay thread that silently stopped would stall every event.
+        `on_loop` is called at the top of every turn (a liveness heartbeat)."""
         failures = 0
         while not stop.is_set():
+            if on_loop is not None:
+                on_loop()
             try:
                 if not self.acquire():
                     stop.wait(max(self.config.poll_s, 1.0))  # standby: another relay leads

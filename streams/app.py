@@ -13,7 +13,7 @@ import faust
 from faust.types import TP
 from psycopg_pool import AsyncConnectionPool
 
-from flashsend import deliverability, metrics_state
+from flashsend import deliverability, health, metrics_state
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
 from producers.reconcile import Reconciler
@@ -102,6 +102,8 @@ class Runtime:
                 headers_for=deliverability.unsubscribe_headers(s),  # RFC 8058 one-click
                 flow=self.flow,
             )
+            health.PROBE.expect(health.ASSIGNED)  # /readyz: after the first assignment's seek
+            health.start_heartbeat()  # /healthz
             await asyncio.to_thread(metrics_state.start, s, "campaign")  # /metrics
             return self.sender
 

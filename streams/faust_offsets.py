@@ -35,7 +35,7 @@ from faust.transport.drivers.aiokafka import server_list
 from faust.types import TP
 from mode.services import WaitResults
 
-from flashsend import metrics
+from flashsend import health, metrics
 from sinks.offsets import Assignment, PartitionOffsets, StoreUnavailable
 from streams.backoff import backoff_delay
 
@@ -159,6 +159,7 @@ class PgOffsetsConsumer(AIOKafkaFaustConsumer):
                 {f"{tp.topic}[{tp.partition}]": o for tp, o in sorted(seeks.items())},
             )
         committed.update(seeks)
+        health.PROBE.done(health.ASSIGNED)
         return committed
 
     async def _describe(self, topic: str, partitions: list[int], new: frozenset[int]) -> Assignment:

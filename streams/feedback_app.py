@@ -21,7 +21,7 @@ from typing import Any
 import faust
 from psycopg_pool import AsyncConnectionPool
 
-from flashsend import deliverability, metrics_state
+from flashsend import deliverability, health, metrics_state
 from flashsend.logs import logging_config
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
@@ -73,6 +73,8 @@ class FeedbackRuntime:
                 dlq=DeadLetterProducer(s.kafka_bootstrap, s.topic_dlq),
             )
             self._purge_task = asyncio.create_task(self._purge_loop(), name="feedback-purge")
+            health.PROBE.expect(health.ASSIGNED)  # /readyz: after the first assignment's seek
+            health.start_heartbeat()  # /healthz
             await asyncio.to_thread(metrics_state.start, s, "feedback")  # /metrics
             return self.ingest
 

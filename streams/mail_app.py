@@ -23,7 +23,7 @@ from typing import Any
 import faust
 from psycopg_pool import AsyncConnectionPool
 
-from flashsend import metrics_state
+from flashsend import health, metrics_state
 from flashsend.logs import logging_config
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
@@ -156,6 +156,8 @@ class MailRuntime:
             )
             self._relay_thread.start()
             self._purge_task = asyncio.create_task(self._purge_loop(), name="mail-purge")
+            health.PROBE.expect(health.ASSIGNED)  # /readyz: after the first assignment's seek
+            health.start_heartbeat()  # /healthz
             await asyncio.to_thread(metrics_state.start, s, "mail")  # /metrics
             return self.ingest
 

@@ -7,6 +7,7 @@ import argparse
 import json
 import signal
 import threading
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -308,13 +309,13 @@ def cmd_relay(args: argparse.Namespace) -> int:
         print(json.dumps(relay.run_once().__dict__))
         relay.close()
         return 0
-    from flashsend import metrics_state  # /metrics of the relay
+    from flashsend import health, metrics_state  # /metrics and probes of the relay
 
     metrics_state.start(settings, "relay" if args.outbox == "orders" else "mail")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        relay.run(stop)
+        relay.run(stop, on_loop=lambda: health.PROBE.beat(time.monotonic()))
     except KeyboardInterrupt:
         stop.set()
     return 0

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -45,6 +46,14 @@ def scrape(port: int) -> Samples:
         for sample in family.samples:
             out.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
     return out
+
+
+def probe(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
 
 
 def wait_scrape(port: int, wanted: set[str], timeout: float = 90.0) -> Samples:
@@ -201,3 +210,14 @@ def test_every_process_serves_its_lag_and_counters_and_every_used_metric_exists(
     }
     assert missing == {}, f"used by the dashboard/alerts but exported by no process: {missing}"
     json.dumps(scraped["campaign"])  # the scrape is plain data (for a failure message)
+
+    # The scheduler's probes, on the same port: alive (the loop ticks) and ready (assigned,
+    # stores answering).
+    for role, port in processes.items():
+        if role == "webhook":
+            continue
+        assert probe(port, "/healthz")[0] == 200, (role, probe(port, "/healthz"))
+        deadline = time.monotonic() + 60  # a group's first assignment can take a while
+        while probe(port, "/readyz")[0] != 200 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert probe(port, "/readyz") == (200, "ready\n"), role
