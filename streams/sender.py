@@ -76,6 +76,9 @@ WINDOW_S = 1.0
 # How long a revocation waits for the answers of calls in flight (bounded: it holds up the
 # rebalance of the whole group).
 SETTLE_S = 2.0
+# A stopping worker's wait for its calls in flight: below the worker's 20-s shutdown grace
+# (flashsend.faust_worker), above a call's answer under load.
+DRAIN_S = 10.0
 # A lane holding less than a full call waits up to this long for more rows: a 5-entry call
 # costs boto3, the stand-in and the result statement nearly as much as a 50-entry one, and
 # partial calls kept a 2-worker pipeline at ~11 entries per call and ~1,200 recipients/s.
@@ -208,6 +211,9 @@ class Lane:
         # Set when the partition moved to another worker: that worker now owns the partition's
         # rate budget, so this lane must not send anything more (queued rows are released).
         self.revoked = False
+        # Set by a graceful stop: the call in flight finishes and its outcome is recorded,
+        # no other call starts, and the task ends.
+        self._draining = False
 
     @property
     def backlog(self) -> int:
@@ -274,12 +280,22 @@ class Lane:
         while self._rows or self._inflight:
             await asyncio.sleep(0.02)
 
-    async def stop(self) -> None:
-        """Release rows that never reached SES (safe: nothing was sent for them)."""
+    async def stop(self, drain_s: float = 0.0) -> None:
+        """Stop sending and release the rows that never reached SES (safe: nothing was sent
+        for them). Within `drain_s`, the call in flight is answered and its outcome recorded
+        first, so a stop leaves none of this lane's rows in doubt; a lane still busy after
+        `drain_s` is cancelled where it stands (its call's rows are settled by reconcile and
+        SES's events)."""
         self.revoked = True  # wakes an agent waiting for room; later puts are released
+        self._draining = True
         self._has_room.set()
         self.resume()
+        self._has_rows.set()  # an idle lane wakes up to end
+        self._more.set()
         if self._task is not None:
+            if drain_s > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self._task), drain_s)
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         await self._release_queued("worker_stopped")
@@ -343,8 +359,10 @@ class Lane:
         return entry
 
     async def _run(self) -> None:
-        while True:
+        while not self._draining:
             await self._has_rows.wait()
+            if self._draining:
+                return
             await self._fill()
             if not self._rows:  # released while lingering (revoked, stopped)
                 continue
@@ -373,7 +391,8 @@ class Lane:
             if not self._resumed.is_set():
                 await self._resumed.wait()
             if self.revoked:
-                await s.record(cid, [RowResult(r.seq, "pending", "rebalanced", None) for r in rows])
+                reason = "worker_stopped" if self._draining else "rebalanced"
+                await s.record(cid, [RowResult(r.seq, "pending", reason, None) for r in rows])
                 return
             campaign = s.campaigns.get(cid)
             if campaign is None or campaign.status != "sending" or not s.campaigns.is_fresh():
@@ -1059,13 +1078,14 @@ class CampaignSender:
             [RowResult(r.seq, status, reason, None) for r in rows], [], answered=False
         )
 
-    async def stop(self) -> None:
+    async def stop(self, drain_s: float = DRAIN_S) -> None:
+        """No more claims; every lane lets its call in flight finish and records it (within
+        `drain_s`, all lanes at once), then releases what it still holds."""
         tasks = [*self._feeders.values(), *([self._claimer] if self._claimer else [])]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for lane in list(self.lanes.values()):
-            await lane.stop()
+        await asyncio.gather(*(lane.stop(drain_s) for lane in list(self.lanes.values())))
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def backlog(self) -> int:
