@@ -34,9 +34,13 @@ class Settings(BaseSettings):
     kafka_controller_port: int = 19093
     kafka_bootstrap: str = ""  # empty: the local broker on kafka_port
     kafka_heap_mb: int = 512
+    # Nodes of the local KRaft cluster (each broker and controller). Node i > 0 listens on
+    # kafka_port + 10 i (controller: kafka_controller_port + 10 i).
+    kafka_brokers: int = 1
     partitions: int = 12
     # Replicas per partition of the topics we create, and how many must acknowledge a write
     # (producers use acks=all). Checked against the broker count at start. Production: 3 and 2.
+    # Left unset on a local cluster of N brokers: min(3, N), and 2 when that is 3.
     topic_replication_factor: int = 1
     topic_min_insync_replicas: int = 1
 
@@ -185,8 +189,17 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _fill_local_endpoints(self) -> Settings:
         # Frozen model: defaults that depend on other fields are filled once, here.
+        if self.kafka_brokers < 1:
+            raise ValueError(f"FLASHSEND_KAFKA_BROKERS must be >= 1, got {self.kafka_brokers}")
         if not self.kafka_bootstrap:
-            object.__setattr__(self, "kafka_bootstrap", f"127.0.0.1:{self.kafka_port}")
+            nodes = [self.kafka_node_ports(i)[0] for i in range(self.kafka_brokers)]
+            bootstrap = ",".join(f"127.0.0.1:{port}" for port in nodes)
+            object.__setattr__(self, "kafka_bootstrap", bootstrap)
+            if "topic_replication_factor" not in self.model_fields_set:
+                object.__setattr__(self, "topic_replication_factor", min(3, self.kafka_brokers))
+            if "topic_min_insync_replicas" not in self.model_fields_set:
+                insync = 2 if self.topic_replication_factor >= 3 else 1
+                object.__setattr__(self, "topic_min_insync_replicas", insync)
         if not self.pg_dsn:
             dsn = f"postgresql://postgres@127.0.0.1:{self.pg_port}/{self.pg_database}"
             object.__setattr__(self, "pg_dsn", dsn)
@@ -209,6 +222,10 @@ class Settings(BaseSettings):
         object.__setattr__(self, "state_dir", self.state_dir.resolve())
         object.__setattr__(self, "cache_dir", self.cache_dir.resolve())
         return self
+
+    def kafka_node_ports(self, node: int) -> tuple[int, int]:
+        """(broker, controller) ports of local Kafka node `node` (0-based)."""
+        return self.kafka_port + 10 * node, self.kafka_controller_port + 10 * node
 
     def pg_dsn_for(self, database: str | None = None) -> str:
         """The DSN of another database on the same server (tests, the order service)."""

@@ -1,7 +1,9 @@
-"""A real single-node Apache Kafka broker (KRaft) assembled from Maven Central.
+"""A real Apache Kafka cluster (KRaft) assembled from Maven Central: one node by default,
+`FLASHSEND_KAFKA_BROKERS` nodes otherwise, each both broker and controller (combined mode: the
+smallest cluster that survives the loss of any one node when it has three).
 
 `infra/kafka/pom.xml` pins the broker version; `mvn dependency:copy-dependencies` puts the
-jars in the cache dir once, then the broker runs as `java -cp libs/* kafka.Kafka`.
+jars in the cache dir once, then each node runs as `java -cp libs/* kafka.Kafka`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -71,10 +74,15 @@ def ensure_jars(settings: Settings) -> Path:
 
 
 class KafkaBroker:
-    def __init__(self, settings: Settings) -> None:
+    """One node of the local cluster (node 0 keeps the single-node layout: `kafka/`)."""
+
+    def __init__(self, settings: Settings, node: int = 0) -> None:
         self.settings = settings
-        self.home = settings.state_dir / "kafka"
-        self.process = ManagedProcess("kafka", settings.state_dir / "run")
+        self.node = node
+        name = "kafka" if node == 0 else f"kafka-{node + 1}"
+        self.home = settings.state_dir / name
+        self.process = ManagedProcess(name, settings.state_dir / "run")
+        self.port, self.controller_port = settings.kafka_node_ports(node)
 
     @property
     def data_dir(self) -> Path:
@@ -82,25 +90,29 @@ class KafkaBroker:
 
     def _write_config(self) -> Path:
         s = self.settings
+        nodes = s.kafka_brokers
+        voters = ",".join(f"{i + 1}@127.0.0.1:{s.kafka_node_ports(i)[1]}" for i in range(nodes))
+        replicas = str(min(3, nodes))  # the internal topics survive one node's loss from 3 on
+        min_isr = str(min(2, nodes))
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{s.kafka_controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{s.kafka_port},"
-            f"CONTROLLER://127.0.0.1:{s.kafka_controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{s.kafka_port}",
+            "node.id": str(self.node + 1),
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},"
+            f"CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "log.dirs": str(self.data_dir),
             "num.partitions": str(s.partitions),
-            "offsets.topic.replication.factor": "1",
+            "offsets.topic.replication.factor": replicas,
             "offsets.topic.num.partitions": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": min_isr,
             "transaction.state.log.num.partitions": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": min_isr,
             "share.coordinator.state.topic.num.partitions": "1",
             "group.initial.rebalance.delay.ms": "0",
             "auto.create.topics.enable": "false",
@@ -128,10 +140,9 @@ class KafkaBroker:
             *args,
         ]
 
-    def _format(self, libs: Path, java: str, config: Path) -> None:
+    def _format(self, libs: Path, java: str, config: Path, cluster_id: str) -> None:
         if (self.data_dir / "meta.properties").exists():
             return
-        cluster_id = new_cluster_id()
         cmd = self._java_cmd(
             libs, java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)
         )
@@ -143,30 +154,43 @@ class KafkaBroker:
         return self.process.pid() is not None
 
     def ready(self) -> bool:
-        return port_open(self.settings.kafka_port) and _metadata_ok(self.settings.kafka_bootstrap)
+        """This node answers metadata, and the cluster has all its brokers."""
+        bootstrap = f"127.0.0.1:{self.port}"
+        return port_open(self.port) and _metadata_ok(bootstrap, self.settings.kafka_brokers)
 
-    def start(self, *, timeout: float = 90.0) -> float:
-        """Start the broker (no-op if running); return seconds until it answered metadata."""
+    def launch(self, cluster_id: str) -> None:
+        """Start this node's process (no-op if running) without waiting for it."""
         if self.running():
-            return 0.0
+            return
         java = require_java()
         libs = ensure_jars(self.settings)
-        require_free_port(self.settings.kafka_port, "kafka", "FLASHSEND_KAFKA_PORT")
+        suffix = (
+            "" if self.node == 0 else f" (node {self.node + 1}: the base port + {10 * self.node})"
+        )
+        require_free_port(self.port, "kafka", "FLASHSEND_KAFKA_PORT" + suffix)
         require_free_port(
-            self.settings.kafka_controller_port,
-            "kafka controller",
-            "FLASHSEND_KAFKA_CONTROLLER_PORT",
+            self.controller_port, "kafka controller", "FLASHSEND_KAFKA_CONTROLLER_PORT" + suffix
         )
         config = self._write_config()
-        self._format(libs, java, config)
+        self._format(libs, java, config, cluster_id)
         self.process.start(
             self._java_cmd(libs, java, "kafka.Kafka", str(config)), env=dict(os.environ)
         )
+
+    def start(self, *, timeout: float = 90.0) -> float:
+        """Start this node (no-op if running) and wait until the cluster answers with all its
+        brokers: the other nodes must be running too (`KafkaCluster.start`)."""
+        if self.running():
+            return 0.0
+        self.launch(cluster_id_of(self.settings))
+        return self.wait(timeout)
+
+    def wait(self, timeout: float = 90.0) -> float:
         try:
             return wait_until(
                 self.ready,
                 timeout=timeout,
-                what="kafka broker",
+                what=f"kafka node {self.node + 1}",
                 alive=self.running,
                 log=self.process.log_file,
             )
@@ -178,7 +202,64 @@ class KafkaBroker:
         return self.process.stop(timeout=30)
 
 
-def _metadata_ok(bootstrap: str) -> bool:
+class KafkaCluster:
+    """The local cluster: `settings.kafka_brokers` nodes, started and stopped together."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.nodes = [KafkaBroker(settings, i) for i in range(settings.kafka_brokers)]
+
+    @property
+    def process(self) -> ManagedProcess:
+        """Node 1's process (the single node of the default cluster)."""
+        return self.nodes[0].process
+
+    def running(self) -> bool:
+        return all(node.running() for node in self.nodes)
+
+    def ready(self) -> bool:
+        return all(node.ready() for node in self.nodes)
+
+    def start(self, *, timeout: float = 90.0) -> float:
+        """Start every node (no-op for those running); seconds until all answered. The nodes
+        start together: a quorum of controllers must be up before any of them serves."""
+        began = time.monotonic()
+        cluster_id = cluster_id_of(self.settings)
+        for node in self.nodes:
+            node.launch(cluster_id)
+        try:
+            for node in self.nodes:
+                node.wait(max(1.0, timeout - (time.monotonic() - began)))
+        except StackError:
+            self.stop()
+            raise
+        return time.monotonic() - began
+
+    def stop(self) -> bool:
+        return all([node.stop() for node in self.nodes])
+
+
+def cluster_id_of(settings: Settings) -> str:
+    """The cluster id all nodes are formatted with, kept in the state dir (a node added to a
+    formatted cluster must join it, not start another)."""
+    path = settings.state_dir / "kafka" / "cluster-id"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    meta = settings.state_dir / "kafka" / "data" / "meta.properties"
+    if meta.exists():  # formatted before the id was kept here
+        match = re.search(r"^cluster\.id=(\S+)$", meta.read_text(), re.MULTILINE)
+        if match:
+            path.write_text(match.group(1))
+            return match.group(1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cluster_id = new_cluster_id()
+    path.write_text(cluster_id)
+    return cluster_id
+
+
+def _metadata_ok(bootstrap: str, brokers: int = 1) -> bool:
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient(
@@ -188,7 +269,7 @@ def _metadata_ok(bootstrap: str) -> bool:
         md = admin.list_topics(timeout=1.0)
     except Exception:
         return False
-    return bool(md.brokers)
+    return len(md.brokers) >= brokers
 
 
 def new_cluster_id() -> str:

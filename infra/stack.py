@@ -15,7 +15,7 @@ from pathlib import Path
 from flashsend.settings import Settings
 from infra.elasticmq import ElasticMq
 from infra.errors import StackError
-from infra.kafka import KafkaBroker
+from infra.kafka import KafkaCluster
 from infra.migrate import apply_migrations
 from infra.postgres import PostgresServer
 from infra.process import ManagedProcess, port_open, require_free_port, wait_until
@@ -141,7 +141,7 @@ class SesStandin:
 class Stack:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.kafka = KafkaBroker(settings)
+        self.kafka = KafkaCluster(settings)
         self.postgres = PostgresServer(settings)
         self.ses = SesStandin(settings)
         self.registry = SchemaRegistry(settings)  # operations

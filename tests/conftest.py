@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from flashsend.settings import Settings, load_settings
-from infra.kafka import KafkaBroker
+from infra.kafka import KafkaCluster
 from infra.migrate import apply_migrations
 from infra.postgres import PostgresServer
 from infra.process import free_port
@@ -30,7 +30,7 @@ TEMPLATE_DB = "flashsend_test_template"
 @dataclass
 class LocalStack:
     settings: Settings
-    kafka: KafkaBroker
+    kafka: KafkaCluster
     postgres: PostgresServer
     ses: SesStandin
     owned: bool
@@ -46,7 +46,7 @@ def _start_stack(state_dir: Path) -> LocalStack:
         settings = load_settings()
         return LocalStack(
             settings,
-            KafkaBroker(settings),
+            KafkaCluster(settings),
             PostgresServer(settings),
             SesStandin(settings),
             owned=False,
@@ -63,7 +63,7 @@ def _start_stack(state_dir: Path) -> LocalStack:
         schema_registry_url="mock://flashsend",
     )
     stack = LocalStack(
-        settings, KafkaBroker(settings), PostgresServer(settings), SesStandin(settings), owned=True
+        settings, KafkaCluster(settings), PostgresServer(settings), SesStandin(settings), owned=True
     )
     stack.postgres.start()
     stack.kafka.start()
