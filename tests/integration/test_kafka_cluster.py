@@ -1,6 +1,7 @@
 """A local 3-node KRaft cluster (`FLASHSEND_KAFKA_BROKERS=3`): topics get 3 replicas and
-min.insync.replicas 2, and an idempotent acks=all producer loses and duplicates nothing while
-the leader of its partition is SIGKILLed and comes back."""
+min.insync.replicas 2, an idempotent acks=all producer loses and duplicates nothing while the
+leader of its partition is SIGKILLed and comes back, and a campaign keeps sending through the
+loss of the node leading most of its partitions."""
 
 from __future__ import annotations
 
@@ -16,10 +17,14 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
+from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings, load_settings
 from infra.kafka import KafkaCluster
 from infra.process import free_port
+from producers.campaign import start_campaign
 from producers.topics import Replication, ensure_topics
+from sinks.users import seed_users
+from tests.integration.campaign_helpers import new_campaign, stats, statuses, wait_finished
 
 NODES = 3
 
@@ -123,3 +128,60 @@ def test_three_nodes_replicate_and_survive_the_loss_of_a_leader(cluster: KafkaCl
             seen.append(int(msg.value() or b"-1"))
     consumer.close()
     assert len(seen) == total and sorted(seen) == list(range(total)), (len(seen), len(set(seen)))
+
+
+def busiest_leader(settings: Settings) -> int:
+    """The node id leading the most partitions of the campaign topic."""
+    topic = settings.topic_recipients
+    md = AdminClient({"bootstrap.servers": settings.kafka_bootstrap}).list_topics(topic, timeout=10)
+    leaders = [int(p.leader) for p in md.topics[topic].partitions.values()]
+    return max(set(leaders), key=leaders.count)
+
+
+def test_campaigns_start_and_send_while_the_busiest_leader_is_down(
+    cluster: KafkaCluster, settings: Settings
+) -> None:
+    """The campaign topic on the cluster (PostgreSQL and SES from the session's stack): the
+    node leading most of its partitions is SIGKILLed mid-campaign. While it is down, a second
+    campaign starts (its doorbells need acks from 2 of the 3 replicas) and sends; the node
+    comes back and both campaigns end with every recipient sent once."""
+    s = settings.model_copy(
+        update={
+            "kafka_bootstrap": cluster.settings.kafka_bootstrap,
+            "kafka_brokers": NODES,
+            "topic_replication_factor": 3,
+            "topic_min_insync_replicas": 2,
+        }
+    )
+    seed_users(s.pg_dsn, 6_000)
+    first = new_campaign(s, rate=1_000)
+    pool = WorkerPool(s, s.state_dir / f"logs-cluster-{first}")
+    try:
+        pool.start(2)
+        start_campaign(s, first)
+        deadline = time.monotonic() + 120
+        while statuses(s, first).get("sent", 0) < 1_000:
+            assert time.monotonic() < deadline, statuses(s, first)
+            time.sleep(0.1)
+        victim = cluster.nodes[busiest_leader(s) - 1]
+        pid = victim.process.pid()
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        second = new_campaign(s, rate=0, name="during the outage")
+        start_campaign(s, second)  # produced with acks=all: 2 in-sync replicas suffice
+        while statuses(s, second).get("sent", 0) < 1_000:
+            assert time.monotonic() - killed_at < 60, statuses(s, second)
+            time.sleep(0.1)
+        assert victim.process.pid() is None  # still down: the cluster did it without it
+        victim.start(timeout=120)
+        for cid in (first, second):
+            wait_finished(s, cid, pool, timeout=180)
+    finally:
+        pool.stop()
+    for cid in (first, second):
+        final = statuses(s, cid)
+        seen = stats(s, cid)
+        assert final.get("unknown", 0) == 0 and final.get("failed", 0) == 0, final
+        assert seen["duplicates"] == 0, seen
+        assert seen["accepted"] == final["sent"], (seen, final)
