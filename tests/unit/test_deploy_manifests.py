@@ -43,6 +43,7 @@ PROBE_PATHS = {
     "metrics": (health.LIVENESS_PATH, health.READINESS_PATH),  # flashsend.metrics' server
     "http": (webhook.HEALTH_PATH, webhook.HEALTH_PATH),  # the webhook's own server
 }
+ANY_ADDRESS = ("0.0.0.0", "::")
 # Every long-running role, as (command, role option) of its parsed command line.
 ROLES = {
     ("worker", "campaign"),
@@ -216,8 +217,9 @@ def settings_problems(docs: list[Doc]) -> list[str]:
 
 
 def probe_problems(docs: list[Doc]) -> list[str]:
-    """Every probe asks a path the code serves on the port it names; every Ingress path is
-    one the webhook serves."""
+    """Every probe asks a path the code serves on the port it names, the webhook listens on
+    every address, each Service reaches a named port of its pods, and the Ingress routes only
+    paths the webhook serves, over TLS."""
     problems: list[str] = []
     for doc in of_kind(docs, "Deployment"):
         for container in containers(doc):
@@ -243,6 +245,24 @@ def probe_problems(docs: list[Doc]) -> list[str]:
                             f"{where(doc, container)}: {probe} asks the webhook's port, but "
                             "the container does not run `flashsend webhook --port` on it"
                         )
+                    elif args.host not in ANY_ADDRESS:
+                        problems.append(
+                            f"{where(doc, container)}: the webhook listens on "
+                            f"{args.host}, out of the kubelet's and Service's reach"
+                        )
+    for service in of_kind(docs, "Service"):
+        chosen = [
+            d
+            for d in of_kind(docs, "Deployment")
+            if service["spec"]["selector"].items()
+            <= d["spec"]["template"]["metadata"].get("labels", {}).items()
+        ]
+        named_ports = {p.get("name") for d in chosen for c in containers(d) for p in c["ports"]}
+        for port in service["spec"]["ports"]:
+            if not chosen or port["targetPort"] not in named_ports:
+                problems.append(
+                    f"{where(service)}: no pod it selects has port {port['targetPort']}"
+                )
     for ingress in of_kind(docs, "Ingress"):
         for rule in ingress["spec"].get("rules", []):
             for path in rule.get("http", {}).get("paths", []):
@@ -452,6 +472,18 @@ MUTATIONS: list[tuple[str, str, Callable[[list[Doc]], None]]] = [
         ),
     ),
     ("probes", "ingress path", lambda d: ingress_paths(d)[1].update(path="/unsubscribe")),
+    (
+        "probes",
+        "webhook on loopback",
+        lambda d: pod(d, "Deployment", "webhook")["containers"][0]["command"].__setitem__(
+            3, "127.0.0.1"
+        ),
+    ),
+    (
+        "probes",
+        "service port",
+        lambda d: named(d, "Service", "webhook")["spec"]["ports"][0].update(targetPort="web"),
+    ),
     ("probes", "no tls", lambda d: named(d, "Ingress", "webhook")["spec"].pop("tls")),
     ("commands", "bad role", lambda d: set_command(d, "flashsend", "worker", "--role", "sender")),
     ("commands", "bad flag", lambda d: set_command(d, "flashsend", "worker", "--threads", "4")),
