@@ -224,10 +224,12 @@ def probe_problems(docs: list[Doc]) -> list[str]:
     for doc in of_kind(docs, "Deployment"):
         for container in containers(doc):
             ports = {p.get("name"): p["containerPort"] for p in container.get("ports", [])}
-            for index, probe in enumerate(("livenessProbe", "readinessProbe")):
+            # A startup probe, where there is one, asks what the liveness probe asks.
+            for index, probe in ((0, "livenessProbe"), (1, "readinessProbe"), (0, "startupProbe")):
                 get = container.get(probe, {}).get("httpGet")
                 if get is None:
-                    problems.append(f"{where(doc, container)}: no {probe} httpGet")
+                    if probe != "startupProbe":
+                        problems.append(f"{where(doc, container)}: no {probe} httpGet")
                     continue
                 port = get.get("port")
                 if port not in ports or port not in PROBE_PATHS:
@@ -463,6 +465,7 @@ MUTATIONS: list[tuple[str, str, Callable[[list[Doc]], None]]] = [
     ("settings", "missing Secret", lambda d: d.remove(named(d, "Secret", "flashsend-secrets"))),
     ("probes", "liveness path", lambda d: http_get(d, "livenessProbe").update(path="/health")),
     ("probes", "readiness path", lambda d: http_get(d, "readinessProbe").update(path="/healthz")),
+    ("probes", "startup path", lambda d: http_get(d, "startupProbe").update(path="/readyz")),
     ("probes", "unnamed port", lambda d: http_get(d, "livenessProbe").update(port="web")),
     (
         "probes",
