@@ -1,4 +1,5 @@
-"""deploy/: every setting, probe path, command and budget the manifests use exists in the code.
+"""deploy/: every setting, probe path, command and budget the manifests use exists in the code,
+and each role's settings pass the checks its process makes at start.
 
 Each check is a function that returns the problems it finds. The tests run every check on
 the manifests as shipped (no problem) and on a copy broken on purpose (the problem is
@@ -26,6 +27,7 @@ from flashsend.cli import stack
 from flashsend.cli.entry import build_parser
 from flashsend.settings import ENV_PREFIX, Settings, load_settings
 from producers import unsubscribe_endpoint, webhook
+from streams.mail_app import check_mail_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -216,6 +218,37 @@ def settings_problems(docs: list[Doc]) -> list[str]:
     return problems
 
 
+def startup_problems(docs: list[Doc]) -> list[str]:
+    """Each role's settings pass the checks its process makes before it starts, and the mail
+    workers together stay within the transactional reserve (each checks only its own rate)."""
+    problems: list[str] = []
+    mail_rate = 0.0
+    reserve = None
+    for doc in of_kind(docs, "Deployment"):
+        for container in containers(doc):
+            args, _ = parse_command(container)
+            if args is None:
+                continue
+            settings = container_settings(docs, container)
+            command, role = role_of(args)
+            try:
+                deliverability.check_separation(settings)
+                if (command, role) == ("worker", "mail"):
+                    check_mail_settings(settings)
+                    mail_rate += doc["spec"].get("replicas", 1) * settings.mail_rate
+                    reserve = settings.transactional_reserve
+                if (command, role) == ("worker", "feedback"):
+                    deliverability.thresholds(settings)
+            except Exception as exc:  # what the process would refuse at its start
+                problems.append(f"{where(doc, container)}: refused at start: {exc}")
+    if reserve is not None and mail_rate > reserve:
+        problems.append(
+            f"mail workers send up to {mail_rate:g}/s together, above the transactional "
+            f"reserve {reserve:g}/s that campaigns leave free"
+        )
+    return problems
+
+
 def probe_problems(docs: list[Doc]) -> list[str]:
     """Every probe asks a path the code serves on the port it names, the webhook listens on
     every address, each Service reaches a named port of its pods, and the Ingress routes only
@@ -365,6 +398,7 @@ def migration_problems(docs: list[Doc]) -> list[str]:
 
 CHECKS: dict[str, Check] = {
     "settings": settings_problems,
+    "startup": startup_problems,
     "probes": probe_problems,
     "commands": command_problems,
     "deployments": deployment_problems,
@@ -455,6 +489,8 @@ def unmount_state(docs: list[Doc]) -> None:
 
 PARTITION_TYPO = {"name": "FLASHSEND_PARTITION", "value": "3"}
 METRICS_ON_LOOPBACK = {"FLASHSEND_METRICS_HOST": "127.0.0.1"}
+ONE_CONFIGURATION_SET = {"FLASHSEND_TRANSACTIONAL_CONFIGURATION_SET": "marketing"}
+BAD_THRESHOLD = {"FLASHSEND_FEEDBACK_COMPLAINT_THRESHOLD": "1.5"}
 MUTATIONS: list[tuple[str, str, Callable[[list[Doc]], None]]] = [
     ("settings", "unknown name", lambda d: config(d).update({"FLASHSEND_NO_SUCH": "1"})),
     ("settings", "unknown name in env", lambda d: campaign(d)["env"].append(PARTITION_TYPO)),
@@ -463,6 +499,9 @@ MUTATIONS: list[tuple[str, str, Callable[[list[Doc]], None]]] = [
     ("settings", "loopback metrics", lambda d: config(d).update(METRICS_ON_LOOPBACK)),
     ("settings", "metrics port", lambda d: config(d).update({"FLASHSEND_METRICS_PORT": "9"})),
     ("settings", "missing Secret", lambda d: d.remove(named(d, "Secret", "flashsend-secrets"))),
+    ("startup", "mail over reserve", lambda d: config(d).update({"FLASHSEND_MAIL_RATE": "40"})),
+    ("startup", "one config set", lambda d: config(d).update(ONE_CONFIGURATION_SET)),
+    ("startup", "bad threshold", lambda d: config(d).update(BAD_THRESHOLD)),
     ("probes", "liveness path", lambda d: http_get(d, "livenessProbe").update(path="/health")),
     ("probes", "readiness path", lambda d: http_get(d, "readinessProbe").update(path="/healthz")),
     ("probes", "startup path", lambda d: http_get(d, "startupProbe").update(path="/readyz")),
