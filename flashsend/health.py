@@ -25,6 +25,9 @@ DEFAULT_STALE_S = 60.0  # above the longest legitimate pause of a loop (a relay'
 STORE_TTL_S = 5.0
 BEAT_INTERVAL_S = 1.0
 ASSIGNED = "assigned"  # a consumer's start-up step: joined its group, first seek done
+# Paths on the metrics port (flashsend.metrics); deploy/kubernetes and its test use these.
+LIVENESS_PATH = "/healthz"
+READINESS_PATH = "/readyz"
 
 StoreCheck = Callable[[], None]  # raises when the store does not answer
 

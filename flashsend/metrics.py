@@ -280,7 +280,7 @@ def _start_server(port: int, host: str) -> Any:
     from flashsend import health
 
     metrics_app = make_wsgi_app(REGISTRY)
-    probes = {"/healthz": health.PROBE.alive, "/readyz": health.PROBE.ready}
+    probes = {health.LIVENESS_PATH: health.PROBE.alive, health.READINESS_PATH: health.PROBE.ready}
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         probe = probes.get(environ.get("PATH_INFO", ""))

@@ -29,6 +29,7 @@ from streams.unsubscribe_token import TokenKeys, read_token
 log = logging.getLogger("flashsend.webhook.unsubscribe")
 
 MAX_FORM_BYTES = 4096
+PATH_PREFIX = "/u/"  # + token: the List-Unsubscribe target (deploy/kubernetes routes it)
 _HEADERS = {
     "Cache-Control": "no-store",
     "Referrer-Policy": "no-referrer",
@@ -76,8 +77,8 @@ class UnsubscribeEndpoint:
         self.stats: Counter[str] = Counter()
 
     def register(self, app: web.Application) -> None:
-        app.router.add_get("/u/{token}", self.confirm_page)
-        app.router.add_post("/u/{token}", self.one_click)
+        app.router.add_get(PATH_PREFIX + "{token}", self.confirm_page)
+        app.router.add_post(PATH_PREFIX + "{token}", self.one_click)
 
     async def confirm_page(self, request: web.Request) -> web.Response:
         """Shows a button; changes nothing (scanners GET every link)."""

@@ -158,6 +158,9 @@ def _outcome(status: int) -> str:
     return "bad_request" if status < 500 else "error"
 
 
+HEALTH_PATH = "/health"  # answers once the server listens (deploy/kubernetes probes it)
+
+
 async def health_route(request: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
@@ -170,7 +173,7 @@ def build_webhook_app(runtime: WebhookRuntime) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY_BYTES + 1)
     app[RUNTIME] = runtime
     app.router.add_post(deliverability.SNS_PATH, sns_route)
-    app.router.add_get("/health", health_route)
+    app.router.add_get(HEALTH_PATH, health_route)
     app.router.add_get("/stats", stats_route)
     runtime.unsubscribe.register(app)
     app.on_startup.append(runtime.start)
