@@ -113,6 +113,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "far behind it was, and its CPU counts as the product's)",
     )
     p.add_argument(
+        "--brokers",
+        type=int,
+        default=None,
+        help="refuse to run unless the stack's Kafka has this many brokers (start a cluster "
+        "with FLASHSEND_KAFKA_BROKERS=3 flashsend up); the JSON always has `brokers`",
+    )
+    p.add_argument(
         "--out",
         type=Path,
         default=Path("bench/results"),
@@ -144,6 +151,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 pause_rate=args.pause_rate,
                 out_dir=args.out,
                 events=args.events,
+                brokers=args.brokers,
             ),
         )
     if args.json:

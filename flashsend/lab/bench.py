@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from confluent_kafka.admin import AdminClient
 
+from flashsend.errors import UsageError
 from flashsend.lab.bench_campaign import run_campaign
 from flashsend.lab.bench_figures import DEFAULT_SWEEP_RATES, DEFAULT_SWEEP_SECONDS, worst_ratio
 from flashsend.lab.demo import ensure_users
@@ -72,6 +74,13 @@ class BenchOptions:
     # The event loop: a feedback worker applies the main campaign's SES events while it sends;
     # events_lag_* measure how far behind it is, and its CPU is the product's.
     events: bool = True
+    # The run refuses to start unless the stack's Kafka has this many brokers (None: any).
+    brokers: int | None = None
+
+
+def broker_count(settings: Settings) -> int:
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    return len(admin.list_topics(timeout=10).brokers)
 
 
 def seed_snapshot_s(settings: Settings) -> float:
@@ -229,6 +238,13 @@ def run_bench(
     limiter_series: dict[float, Series] = {}
     failure: BaseException | None = None
     try:
+        result["brokers"] = broker_count(settings)
+        if options.brokers is not None and result["brokers"] != options.brokers:
+            raise UsageError(
+                f"the stack's Kafka has {result['brokers']} broker(s), not {options.brokers}: "
+                f"run `flashsend down`, then `FLASHSEND_KAFKA_BROKERS={options.brokers} "
+                "flashsend up`"
+            )
         faults_before = dict(ses.faults())
         ses.set_faults(
             latency_ms=options.ses_latency_ms, jitter_ms=0, p429=0, p_transient=0, p_hang=0
