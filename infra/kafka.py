@@ -236,7 +236,15 @@ class KafkaCluster:
         return time.monotonic() - began
 
     def stop(self) -> bool:
-        return all([node.stop() for node in self.nodes])
+        """Stop every node, also those of a larger cluster started earlier from this state dir
+        (`flashsend down` without the FLASHSEND_KAFKA_BROKERS it was started with)."""
+        stopped = [node.stop() for node in self.nodes]
+        run_dir = self.settings.state_dir / "run"
+        known = {node.process.name for node in self.nodes}
+        for pid_file in sorted(run_dir.glob("kafka-*.pid")):
+            if pid_file.stem not in known:
+                stopped.append(ManagedProcess(pid_file.stem, run_dir).stop(timeout=30))
+        return all(stopped)
 
 
 def cluster_id_of(settings: Settings) -> str:
