@@ -12,7 +12,7 @@ import psycopg
 
 from flashsend.errors import FlashsendError
 from flashsend.lab.run import StartedCampaigns, error_text, finish_run
-from flashsend.lab.workers import WorkerPool
+from flashsend.lab.workers import WorkerPool, wait_joined
 from flashsend.progress import ProgressLine
 from flashsend.settings import Settings
 from producers.campaign import start_campaign
@@ -89,6 +89,15 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
         )
         summary["campaign_id"] = campaign_id
         pool.start(options.workers)
+        # Started together, the workers would rebalance in the campaign's first seconds (a
+        # moved partition holds its sends a second): the figures are the steady state's.
+        joined = wait_joined(settings, options.workers)
+        log(
+            f"{options.workers} worker(s) joined in {joined:.1f}s"
+            if joined is not None
+            else "workers still joining after 60s; starting anyway"
+        )
+        summary["workers_joined_s"] = None if joined is None else round(joined, 1)
         began = time.monotonic()
         bar = ProgressLine(f"campaign {campaign_id} produce") if options.show_progress else None
         start = start_campaign(

@@ -149,3 +149,30 @@ class WorkerPool:
                 if pattern.search(line):
                     return line.strip()[:max_chars]
         return None
+
+
+def wait_joined(settings: Settings, members: int, timeout: float = 60.0) -> float | None:
+    """Wait until the campaign workers' consumer group is stable with `members` members (each
+    has its partitions); seconds waited, or None when that did not happen within `timeout`
+    (the caller goes on: the campaign still runs, through the rebalances)."""
+    import time
+
+    from confluent_kafka import ConsumerGroupState, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        try:
+            [future] = admin.describe_consumer_groups([settings.app_id]).values()
+            group = future.result(timeout=5)
+        except KafkaException:
+            group = None
+        if (
+            group is not None
+            and group.state == ConsumerGroupState.STABLE
+            and len(group.members) == members
+        ):
+            return time.monotonic() - began
+        time.sleep(0.2)
+    return None
