@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -72,8 +74,11 @@ def _start_stack(state_dir: Path) -> LocalStack:
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    state_dir = tmp_path_factory.mktemp("stack")
+def stack(request: pytest.FixtureRequest) -> Iterator[LocalStack]:
+    # Not under pytest's basetemp: every pytest session that starts on the machine makes
+    # /tmp/pytest-of-<user> private again (mode 0700), and run as root, PostgreSQL's own user
+    # could then no longer reach its data dir: a test's restart of PostgreSQL would fail.
+    state_dir = Path(tempfile.mkdtemp(prefix="flashsend-test-stack-"))
     test_stack = _start_stack(state_dir)
     test_stack.postgres.create_database(TEMPLATE_DB)
     apply_migrations(test_stack.settings.pg_dsn_for(TEMPLATE_DB))
@@ -84,6 +89,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
             test_stack.ses.stop()
             test_stack.kafka.stop()
             test_stack.postgres.stop(mode="immediate")
+        if request.session.testsfailed:
+            print(f"\ntest stack's state dir (logs) kept: {state_dir}")
+        else:
+            shutil.rmtree(state_dir, ignore_errors=True)
 
 
 @pytest.fixture

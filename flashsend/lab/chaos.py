@@ -9,13 +9,16 @@ and let the SES stand-in accept calls without answering. Then wait for the campa
 - duplicates == 0 (counted by the stand-in, per destination);
 - lost == 0 (no recipient left pending/sending);
 - every row that ended `unknown` when its lease expired (reason `lease_expired`: its worker
-  died or froze in a call) was in a call right after one of the kills or the freeze. Right
-  after each, the run reads the campaign's rows in a call (`sending` with `in_call_at`): the
-  killed worker's are among them, and they stay so until the lease turns them `unknown`. A
-  kill while PostgreSQL is down is read once it answers again, then counting the rows the lease
-  has turned `unknown` meanwhile too. `in_flight_at_kills` is the union of those reads, at most
-  MAX_ENTRIES per lane with a call in flight; `unknown_bound` adds the rows of calls with no
-  answer (their own reason: timeouts, hung calls, dropped connections).
+  died or froze in a call) was in a call right after one of the kills, the freeze or a
+  worker's own exit (entering a call renews the lease, so a live worker's call is never
+  reaped). Right after each, the run reads the campaign's rows in a call (`sending` with
+  `in_call_at`): the stopped worker's are among them, and they stay so until the lease turns
+  them `unknown`. A kill while PostgreSQL is down is read once it answers again, then counting
+  the rows the lease has turned `unknown` meanwhile too. `in_flight_at_kills` is the union of
+  those reads, at most MAX_ENTRIES per lane with a call in flight; `unknown_bound` adds the
+  rows of calls with no answer (their own reason: timeouts, hung calls, dropped connections).
+
+`invariants` names each check; `invariants_failed` lists those that do not hold.
 
 With the event loop (`events_wait_s` > 0: a webhook process and a feedback worker), SES's
 events settle the rows in doubt as in production; after the run every row that is or was
@@ -292,14 +295,7 @@ class Schedule:
         for name, restart in self.restarts.items():
             if restart.error is not None:
                 raise RuntimeError(f"{name} restart failed: {error_text(restart.error)}")
-            if restart.done and restart.thread is not None:
-                restart.thread = None
-                self.counters[f"{name}_restarts"] += 1
-                log(f"chaos: t={t:.1f}s {name} back")
-                if name == "postgres":
-                    # Calls that entered just before the stop; the lease may turn them
-                    # unknown as soon as reconcile runs again.
-                    self._stopped_a_worker(late=True)
+        self.count_restarts(t)
         if self.zombie_at is not None and t >= self.zombie_at and pool.alive():
             self.zombie_at = None
             candidate = self.rng.choice(pool.alive())
@@ -318,6 +314,19 @@ class Schedule:
         if self.in_flight is not None:
             self.in_flight.catch_up(time.monotonic())
 
+    def count_restarts(self, t: float) -> None:
+        """Count the restarts that have finished, also after the campaign (a restart still
+        running when the campaign ended is waited for, then counted here)."""
+        for name, restart in self.restarts.items():
+            if restart.done and restart.error is None and restart.thread is not None:
+                restart.thread = None
+                self.counters[f"{name}_restarts"] += 1
+                self.log(f"chaos: t={t:.1f}s {name} back")
+                if name == "postgres":
+                    # Calls that entered just before the stop; the lease may turn them
+                    # unknown as soon as reconcile runs again.
+                    self._stopped_a_worker(late=True)
+
     def _stopped_a_worker(self, *, late: bool = False) -> None:
         if self.in_flight is not None:
             self.in_flight.after_fault(time.monotonic(), late=late)
@@ -328,6 +337,8 @@ class Schedule:
                 # A worker that died by itself (e.g. broker gone too long): restart it, like a
                 # supervisor would, and keep what it said last.
                 self.pool.procs.remove(proc)
+                # Like a kill: the rows of a call it had in flight stay in doubt.
+                self._stopped_a_worker()
                 self.pool.spawn()
                 self.counters["worker_restarts"] += 1
                 self.worker_exits.append(
@@ -406,6 +417,7 @@ def run_chaos(
         pool.stop()
         for restart in restarts.values():
             restart.ensure_started()
+        schedule.count_restarts(time.monotonic() - began)
         result.update(_judge(settings, campaign_id, schedule, hung_before))
         if loop is not None:
             result.update(_judge_events(settings, campaign_id, loop, options, result, log))
@@ -430,6 +442,7 @@ def run_chaos(
         result["cleanup_errors"] = cleanup_errors
     if "error" in result:
         result["invariants_ok"] = False
+        result["invariants_failed"] = [*result.get("invariants_failed", []), "run_finished"]
     return result
 
 
@@ -496,7 +509,13 @@ def _judge(
     no_answer = len(unknown) - len(by_lease)
     seen = in_flight.seqs if in_flight is not None else set()
     counters = schedule.counters
-    faults = counters["kills"] + counters["zombies"] + counters["postgres_restarts"] + 1
+    faults = (
+        counters["kills"]
+        + counters["zombies"]
+        + counters["postgres_restarts"]
+        + counters["worker_restarts"]
+        + 1
+    )
     lost = int(final["pending"] + final["sending"])
     result = {
         "recipients": final.total,
@@ -522,12 +541,20 @@ def _judge(
         else None,
         "lost": lost,
     }
-    result["invariants_ok"] = (
-        result["duplicates"] == 0
-        and lost == 0
-        and result["unknown_outside_in_flight"] == 0
-        and len(seen) <= result["in_flight_max"]
-    )
+    result["invariants"] = {
+        "no_duplicates": result["duplicates"] == 0,
+        "none_lost": lost == 0,
+        "unknown_only_from_in_flight": result["unknown_outside_in_flight"] == 0,
+        "in_flight_within_max": len(seen) <= result["in_flight_max"],
+    }
+    return _with_verdict(result)
+
+
+def _with_verdict(result: dict[str, Any]) -> dict[str, Any]:
+    """`invariants_ok`, and `invariants_failed`: the names of the checks that do not hold."""
+    failed = [name for name, ok in result["invariants"].items() if not ok]
+    result["invariants_failed"] = failed
+    result["invariants_ok"] = not failed
     return result
 
 
@@ -557,14 +584,15 @@ def _judge_events(
         "event_loop_restarts": dict(loop.restarts),
         "events_emission": loop.emission(),
     }
-    out["invariants_ok"] = (
-        result["invariants_ok"]
-        and verdict.get("unknown_never_accepted", 0) <= result["unknown_bound"]
-        and verdict.get("unknown_accepted_unresolved") == 0
-        and verdict.get("resolved_not_accepted") == 0
-        and result["accepted_by_ses"] == final["sent"]
-    )
-    return out
+    out["invariants"] = {
+        **result["invariants"],
+        "never_accepted_within_bound": verdict.get("unknown_never_accepted", 0)
+        <= result["unknown_bound"],
+        "accepted_all_settled": verdict.get("unknown_accepted_unresolved") == 0,
+        "settled_only_if_accepted": verdict.get("resolved_not_accepted") == 0,
+        "accepted_by_ses_equals_sent": result["accepted_by_ses"] == final["sent"],
+    }
+    return _with_verdict(out)
 
 
 def _run_faults(

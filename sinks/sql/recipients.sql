@@ -168,6 +168,12 @@ UPDATE {partition} r
 -- still 'sending' under the caller's claim (`attempts`) enter: a row whose lease expired
 -- before its call went back to pending and may be another worker's claim now. Idempotent for
 -- the caller (a retried statement, or throttled entries sent again, find the same rows).
+-- Entering renews the lease (claimed_at): a row may wait in its lane until its lease has run
+-- out (PostgreSQL down, a frozen or slow worker) and still be this claim's until a reconcile
+-- reaps it; timed from the claim, a reconcile during the call would turn the rows of a live
+-- call unknown and drop its answer. Against expire_leases the row lock decides: expired first,
+-- the row is no longer 'sending' and does not enter; entered first, expire_leases re-checks
+-- claimed_at on the new version and leaves it.
 -- {partition} as in record_results.
 WITH cand AS MATERIALIZED (
     SELECT r.seq,
@@ -184,6 +190,7 @@ WITH cand AS MATERIALIZED (
 )
 UPDATE {partition} r
    SET in_call_at = CASE WHEN cand.skip_reason IS NULL THEN coalesce(r.in_call_at, now()) END,
+       claimed_at = CASE WHEN cand.skip_reason IS NULL THEN now() ELSE r.claimed_at END,
        status = CASE WHEN cand.skip_reason IS NULL THEN 'sending' ELSE 'skipped' END,
        reason = coalesce(cand.skip_reason, r.reason)
   FROM cand
@@ -191,9 +198,9 @@ UPDATE {partition} r
 RETURNING r.seq, r.status;
 
 -- name: expire_leases
--- Rows claimed longer ago than the lease whose outcome never got recorded (worker killed or
--- stuck). A row that entered a call may or may not have been sent: it becomes unknown and is
--- NEVER resent automatically (marketing is at-most-once; seed trap 11). A row that never
+-- Rows claimed, or last entered into a call (enter_call renews the lease), longer ago than the
+-- lease whose outcome never got recorded (worker killed or stuck). A row that entered a call
+-- may or may not have been sent: it becomes unknown and is NEVER resent automatically (marketing is at-most-once; seed trap 11). A row that never
 -- entered one was not sent: it goes back to pending, flagged for requeue, and the worker that
 -- claimed it can no longer send it (enter_call and record_results match its claim's
 -- `attempts`, which the next claim increments).

@@ -145,3 +145,47 @@ def test_throttled_rows_enter_their_call_again_and_a_release_leaves_the_call(
     after = rows(settings, cid, seqs)
     assert all(r["status"] == "pending" and r["requeue"] for r in after.values())
     assert all(r["in_call_at"] is None for r in after.values())
+
+
+def test_entering_a_call_renews_the_lease_so_a_live_call_is_never_declared_unknown(
+    settings: Settings,
+) -> None:
+    """Rows that waited in their lane until their lease had run out (PostgreSQL was down, the
+    worker was frozen, or the machine was slow) and that no reconcile has reaped yet still
+    enter their call under their claim; the lease then runs from the call's start, so a
+    reconcile during the call does not turn the rows of a live worker `unknown` and its
+    answer is recorded."""
+    cid = sending_campaign(settings)
+    seqs = pending_seqs(settings, cid)[:4]
+    lease_s = 20.0
+
+    async def scenario() -> tuple[set[int], int]:
+        pool = await open_pool(settings, size=2)
+        try:
+            store = RecipientStore(pool, group_id=GROUP, topic=f"t{cid}")
+            claimed = await claim(store, cid, seqs, 0)
+            with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+                conn.execute(
+                    "UPDATE campaign_recipients SET claimed_at = now() - make_interval(secs => %s)"
+                    " WHERE campaign_id = %s AND seq = ANY(%s)",
+                    (lease_s + 5, cid, seqs),
+                )
+            entered, _ = await store.enter_call(cid, claimed)
+            with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+                expired = conn.execute(
+                    query("expire_leases"), {"campaign_id": cid, "lease_s": lease_s}
+                ).rowcount
+            await store.record_results(
+                cid,
+                [RowResult(r.seq, "sent", None, f"m-{r.seq}") for r in claimed],
+                [r.attempt for r in claimed],
+            )
+            return entered, expired
+        finally:
+            await pool.close()
+
+    entered, expired = run(scenario())
+    assert entered == set(seqs)
+    assert expired == 0
+    after = rows(settings, cid, seqs)
+    assert all(r["status"] == "sent" for r in after.values()), after
