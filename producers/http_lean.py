@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from email.utils import formatdate
-from typing import Any
+from typing import Any, cast
 
 import httptools
 
@@ -178,8 +178,7 @@ class HttpProtocol(asyncio.Protocol):
 
     # --- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         peer = transport.get_extra_info("peername")
         self.remote = str(peer[0]) if peer else None
         self.server.connections.add(self)

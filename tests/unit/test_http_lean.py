@@ -64,6 +64,14 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, st
     return status, headers, body
 
 
+async def read_response_rest(reader: asyncio.StreamReader) -> tuple[dict[str, str], bytes]:
+    """The rest of a response whose first 9 bytes were read."""
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+    return headers, await reader.readexactly(int(headers.get("content-length", "0")))
+
+
 def post(path: str, body: bytes, extra: str = "") -> bytes:
     return (
         f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n{extra}\r\n".encode()
@@ -99,9 +107,12 @@ def test_pipelined_requests_are_answered_in_order() -> None:
     async def t() -> None:
         async with server() as (port, _, _):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(post("/echo", b"slow", "x-delay: 0.2\r\n") + post("/echo", b"fast"))
-            assert (await read_response(reader))[2] == b"slow"
-            assert (await read_response(reader))[2] == b"fast"
+            writer.write(
+                post("/echo", b"slow", "x-delay: 0.2\r\n")
+                + post("/echo", b"b")
+                + post("/echo", b"c")
+            )
+            assert [(await read_response(reader))[2] for _ in range(3)] == [b"slow", b"b", b"c"]
             writer.close()
 
     run(t)
@@ -146,6 +157,21 @@ def test_oversized_body_gets_413_and_reaches_no_handler(chunked: bool) -> None:
     run(t)
 
 
+def test_declared_oversized_body_gets_413_before_it_is_sent() -> None:
+    async def t() -> None:
+        async with server() as (port, seen, _):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(
+                f"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: {MAX_BODY + 1}\r\n\r\n".encode()
+            )
+            status, headers, _ = await read_response(reader)  # no body byte sent
+            assert status == 413 and headers["connection"] == "close"
+            assert seen.requests == []
+            writer.close()
+
+    run(t)
+
+
 def test_body_at_the_limit_is_accepted() -> None:
     async def t() -> None:
         async with server() as (port, _, _):
@@ -177,7 +203,8 @@ def test_unknown_path_404_wrong_method_405_with_allow_head_has_no_body() -> None
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
             assert b"Content-Length: 5\r\n" in head  # that of GET's body "/echo"
             writer.write(b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")  # nothing sent after HEAD
-            assert (await read_response(reader))[2] == b"/echo"
+            assert await asyncio.wait_for(reader.readexactly(9), 5) == b"HTTP/1.1 "
+            assert (await read_response_rest(reader))[1] == b"/echo"
             writer.close()
 
     run(t)
