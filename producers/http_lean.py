@@ -10,6 +10,7 @@ objects, routing and stream machinery cost several times what the parse and the 
   before it is read; `Expect: 100-continue` answered; 431 for oversized headers;
 - exact-path and prefix routes: 404 for an unknown path, 405 with `Allow` for a wrong method,
   HEAD wherever GET is (no body sent);
+- a client that does not read its answers gets no more of them handled (write flow control);
 - idle keep-alive connections closed after `idle_timeout_s`; a handler's exception is a 500.
 """
 
@@ -166,6 +167,7 @@ class HttpProtocol(asyncio.Protocol):
         self.closing = False
         self.failed = False  # a parse error or limit: answer what is queued, then close
         self.paused = False
+        self.write_paused = False  # the client reads slower than we answer: take no more
         self.last_active = time.monotonic()
         self._reset()
 
@@ -182,6 +184,14 @@ class HttpProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.remote = str(peer[0]) if peer else None
         self.server.connections.add(self)
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if not self.busy:
+            self._next()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
@@ -260,7 +270,7 @@ class HttpProtocol(asyncio.Protocol):
             self._next()
 
     def _next(self) -> None:
-        while self.queue and not self.closing:
+        while self.queue and not self.closing and not self.write_paused:
             item, keep_alive, head = self.queue.popleft()
             if isinstance(item, Response):
                 self._write(item, keep_alive, head)
@@ -281,7 +291,12 @@ class HttpProtocol(asyncio.Protocol):
                 functools.partial(self._answered, keep_alive=keep_alive, head=head)
             )
             return
-        if self.paused and self.transport is not None and not self.closing:
+        if (
+            self.paused
+            and not self.write_paused
+            and self.transport is not None
+            and not self.closing
+        ):
             self.paused = False
             self.transport.resume_reading()
 

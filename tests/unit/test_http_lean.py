@@ -34,7 +34,12 @@ def router(seen: Seen) -> Router:
     async def tail(request: Request) -> Response:
         return Response.text(200, "tail=" + request.params["tail"])
 
+    async def big(request: Request) -> Response:
+        seen.requests.append(request)
+        return Response(200, b"z" * 256 * 1024)
+
     r = Router()
+    r.add("GET", "/big", big)
     r.add("POST", "/echo", echo)
     r.add("GET", "/echo", echo)
     r.add("POST", "/boom", boom)
@@ -246,6 +251,21 @@ def test_oversized_headers_get_431() -> None:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(b"GET /echo HTTP/1.1\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n")
             assert (await read_response(reader))[0] == 431
+            writer.close()
+
+    run(t)
+
+
+def test_a_client_that_does_not_read_gets_no_more_requests_handled() -> None:
+    async def t() -> None:
+        async with server() as (port, seen, _):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2**20)
+            writer.write(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n" * 40)
+            await asyncio.sleep(0.5)  # reading nothing: the server's write buffer fills
+            handled = len(seen.requests)
+            assert handled < 40, "every request handled although no answer was read"
+            bodies = [(await read_response(reader))[2] for _ in range(40)]  # then all come
+            assert all(len(b) == 256 * 1024 for b in bodies) and len(seen.requests) == 40
             writer.close()
 
     run(t)
