@@ -147,9 +147,15 @@ def count_stale_event(event_type: str) -> None:
 # ---- for the webhook and the feedback consumer ------------------------------------
 
 
+_webhook_children: dict[str, Any] = {}  # labels() costs ~4x inc(); it runs for every POST
+
+
 def count_webhook(outcome: str) -> None:
     """outcome: accepted | rejected_signature | rejected_topic | confirmed | error …"""
-    WEBHOOK.labels(outcome).inc()
+    child = _webhook_children.get(outcome)
+    if child is None:
+        child = _webhook_children[outcome] = WEBHOOK.labels(outcome)
+    child.inc()
 
 
 def count_suppressions(reason: str, n: int = 1) -> None:

@@ -44,6 +44,10 @@ class OutRecord:
     headers: Headers
 
 
+class _ProduceRefused(Exception):
+    """produce() raised (its cause): the local queue is full or the producer is unusable."""
+
+
 class _Pending:
     """One publish() call: settled when the last of its records is reported."""
 
@@ -78,7 +82,13 @@ class _Pending:
 
 class EventPublisher:
     def __init__(
-        self, bootstrap: str, topic: str, *, timeout_s: float = 10.0, linger_ms: int = LINGER_MS
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        timeout_s: float = 10.0,
+        linger_ms: int = LINGER_MS,
+        max_queued: int = 200_000,
     ) -> None:
         self.topic = topic
         self.timeout_s = timeout_s
@@ -92,43 +102,60 @@ class EventPublisher:
                 "compression.type": "lz4",
                 "message.timeout.ms": int(timeout_s * 1000),
                 "socket.connection.setup.timeout.ms": 5000,
-                "queue.buffering.max.messages": 200_000,
+                "queue.buffering.max.messages": max_queued,
             }
         )
         self._poller: asyncio.Task[None] | None = None
+        self._batch: list[tuple[Sequence[OutRecord], _Pending]] = []  # produced at the pass's end
         self._waiting: deque[_Pending] = deque()  # oldest first
 
     async def publish(self, records: Sequence[OutRecord]) -> None:
-        """Return once every record is acknowledged; PublishFailed otherwise."""
+        """Return once every record is acknowledged; PublishFailed otherwise.
+
+        The records are produced at the end of this loop pass together with those of every
+        other call made in it: librdkafka takes a run of produce() calls for a fraction of
+        what the same calls cost one by one between requests."""
         if not records:
             return
         loop = asyncio.get_running_loop()
         pending = _Pending(loop, len(records), loop.time() + self.timeout_s + 1.0)
-        produced = 0
-        try:
-            for record in records:
-                self._producer.produce(
-                    self.topic,
-                    key=record.key,
-                    value=record.value,
-                    headers=record.headers,
-                    on_delivery=pending.on_delivery,
-                )
-                produced += 1
-        except (KafkaException, BufferError) as exc:
-            pending.remaining -= len(records) - produced  # the produced ones still report
-            raise PublishFailed(f"produce: {exc}") from exc
-        finally:
-            if produced:
-                self._waiting.append(pending)
-            self._ensure_poller()
+        self._batch.append((records, pending))
+        if len(self._batch) == 1:
+            loop.call_soon(self._produce_batch)
         try:
             await pending.future
         except TimeoutError as exc:
             raise PublishFailed("no broker acknowledgement in time") from exc
         except KafkaException as exc:
             raise PublishFailed(f"delivery: {exc}") from exc
+        except _ProduceRefused as exc:
+            raise PublishFailed(f"produce: {exc.__cause__}") from exc.__cause__
         self.published += len(records)
+
+    def _produce_batch(self) -> None:
+        batch, self._batch = self._batch, []
+        produce, topic = self._producer.produce, self.topic
+        for records, pending in batch:
+            produced = 0
+            try:
+                for record in records:
+                    produce(
+                        topic,
+                        key=record.key,
+                        value=record.value,
+                        headers=record.headers,
+                        on_delivery=pending.on_delivery,
+                    )
+                    produced += 1
+            except (KafkaException, BufferError) as exc:
+                pending.remaining -= len(records) - produced  # the produced ones still report
+                if not pending.future.done():
+                    refused = _ProduceRefused()
+                    refused.__cause__ = exc
+                    pending.future.set_exception(refused)
+            if produced:
+                self._waiting.append(pending)
+        self._ensure_poller()
 
     def _ensure_poller(self) -> None:
         if self._poller is None or self._poller.done():

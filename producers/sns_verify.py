@@ -153,7 +153,15 @@ def string_to_sign_fields(envelope: Mapping[str, str | None]) -> bytes:
 
 
 def string_to_sign(msg: SnsMessage) -> bytes:
-    return string_to_sign_fields({key: getattr(msg, attr) for attr, key, _n, _c in _FIELDS})
+    """`string_to_sign_fields` of the message's envelope; a notification's written out, as it
+    is the one verified for every event."""
+    if msg.type != "Notification":
+        return string_to_sign_fields({key: getattr(msg, attr) for attr, key, _n, _c in _FIELDS})
+    subject = "" if msg.subject is None else f"Subject\n{msg.subject}\n"
+    return (
+        f"Message\n{msg.message}\nMessageId\n{msg.message_id}\n{subject}"
+        f"Timestamp\n{msg.timestamp}\nTopicArn\n{msg.topic_arn}\nType\nNotification\n"
+    ).encode()
 
 
 def _url_allowed(url: str, host_pattern: str, allow_http: bool, *, pem: bool) -> bool:

@@ -18,10 +18,9 @@ from __future__ import annotations
 import html
 import logging
 from collections import Counter
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 
-from aiohttp import web
-
+from producers.http_lean import Request, Response, Router
 from sinks.feedback_store import UnsubscribeStore
 from sinks.recipient_store import StoreUnavailable
 from streams.unsubscribe_token import TokenKeys, read_token
@@ -30,13 +29,14 @@ log = logging.getLogger("flashsend.webhook.unsubscribe")
 
 MAX_FORM_BYTES = 4096
 PATH_PREFIX = "/u/"  # + token: the List-Unsubscribe target (deploy/kubernetes routes it)
-_HEADERS = {
-    "Cache-Control": "no-store",
-    "Referrer-Policy": "no-referrer",
-    "X-Content-Type-Options": "nosniff",
-    "X-Robots-Tag": "noindex",
-    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'",
-}
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'"
+_HEADERS = (
+    ("Cache-Control", "no-store"),
+    ("Referrer-Policy", "no-referrer"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Robots-Tag", "noindex"),
+    ("Content-Security-Policy", _CSP),
+)
 _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
 <title>{title}</title>
@@ -53,13 +53,9 @@ _DONE = "<p>You will not receive marketing email from us any more.</p>"
 _INVALID = "<p>This unsubscribe link is not valid. It may have been copied incompletely.</p>"
 
 
-def _page(title: str, body: str, status: int = 200) -> web.Response:
-    return web.Response(
-        text=_PAGE.format(title=html.escape(title), body=body),
-        status=status,
-        content_type="text/html",
-        headers=_HEADERS,
-    )
+def _page(title: str, body: str, status: int = 200) -> Response:
+    page = _PAGE.format(title=html.escape(title), body=body)
+    return Response(status, page.encode(), "text/html; charset=utf-8", _HEADERS)
 
 
 def _is_one_click(content_type: str, raw: bytes) -> bool:
@@ -76,13 +72,13 @@ class UnsubscribeEndpoint:
         self.store = store
         self.stats: Counter[str] = Counter()
 
-    def register(self, app: web.Application) -> None:
-        app.router.add_get(PATH_PREFIX + "{token}", self.confirm_page)
-        app.router.add_post(PATH_PREFIX + "{token}", self.one_click)
+    def register(self, router: Router) -> None:
+        router.add_prefix("GET", PATH_PREFIX, self.confirm_page)
+        router.add_prefix("POST", PATH_PREFIX, self.one_click)
 
-    async def confirm_page(self, request: web.Request) -> web.Response:
+    async def confirm_page(self, request: Request) -> Response:
         """Shows a button; changes nothing (scanners GET every link)."""
-        token = request.match_info["token"]
+        token = unquote(request.params["tail"])
         if read_token(self.keys, token) is None:
             self.stats["get_invalid"] += 1
             return _page("Invalid link", _INVALID, status=403)
@@ -90,16 +86,17 @@ class UnsubscribeEndpoint:
         action = html.escape(f"/u/{token}", quote=True)
         return _page("Unsubscribe", _CONFIRM.format(action=action))
 
-    async def one_click(self, request: web.Request) -> web.Response:
-        claim = read_token(self.keys, request.match_info["token"])
+    async def one_click(self, request: Request) -> Response:
+        claim = read_token(self.keys, unquote(request.params["tail"]))
         if claim is None:
             self.stats["post_invalid"] += 1
             log.warning("unsubscribe refused: invalid token from %s", request.remote)
             return _page("Invalid link", _INVALID, status=403)
-        if request.content_length is not None and request.content_length > MAX_FORM_BYTES:
+        raw = request.body
+        if len(raw) > MAX_FORM_BYTES:
             return _page("Bad request", "<p>Request too large.</p>", status=413)
-        raw = await request.content.read(MAX_FORM_BYTES)
-        if not _is_one_click(request.content_type, raw):
+        content_type = request.header("content-type").split(";", 1)[0].strip().lower()
+        if not _is_one_click(content_type, raw):
             self.stats["post_bad_body"] += 1
             body = "<p>Expected the form field List-Unsubscribe=One-Click.</p>"
             return _page("Bad request", body, status=400)

@@ -16,20 +16,21 @@ Starts even when Kafka or PostgreSQL is down: each route needs only its own depe
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
 import threading
 from typing import Any
 
-from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
-from flashsend import deliverability, metrics, metrics_state
+from flashsend import deliverability, health, metrics, metrics_state
 from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
 from producers.event_publisher import EventPublisher
+from producers.http_lean import LeanServer, Request, Response, Router
 from producers.mail_topics import ensure_mail_topics
 from producers.outbox_relay import OutboxRelay, RelayConfig
 from producers.ses_events import SCHEMA
@@ -99,7 +100,7 @@ class WebhookRuntime:
                 ),
             )
 
-    async def start(self, _app: web.Application) -> None:
+    async def start(self) -> None:
         await self.pool.open(wait=False)  # PostgreSQL may be down: only /u/ needs it
         if self._ensure_topics:  # in the background: Kafka may be down (only /sns needs it)
             threading.Thread(target=self._create_topics, name="ensure-topics", daemon=True).start()
@@ -115,7 +116,7 @@ class WebhookRuntime:
         except FlashsendError as exc:
             log.warning("could not ensure topics (Kafka down?): %s", exc)
 
-    async def stop(self, _app: web.Application) -> None:
+    async def stop(self) -> None:
         self._relay_stop.set()
         if self._relay_thread is not None:
             await asyncio.to_thread(self._relay_thread.join, 10)
@@ -139,17 +140,6 @@ class WebhookRuntime:
         }
 
 
-RUNTIME = web.AppKey("runtime", WebhookRuntime)
-
-
-async def sns_route(request: web.Request) -> web.Response:
-    runtime = request.app[RUNTIME]
-    body = await request.content.read(MAX_BODY_BYTES + 1)
-    status, text = await runtime.sns.handle(body, request.headers.get("x-amz-sns-message-type"))
-    metrics.count_webhook(_outcome(status))
-    return web.Response(status=status, text=text)
-
-
 def _outcome(status: int) -> str:
     if status < 300:
         return "accepted"
@@ -159,26 +149,30 @@ def _outcome(status: int) -> str:
 
 
 HEALTH_PATH = "/health"  # answers once the server listens (deploy/kubernetes probes it)
+_JSON = "application/json; charset=utf-8"
 
 
-async def health_route(request: web.Request) -> web.Response:
-    return web.json_response({"ok": True})
+def build_router(runtime: WebhookRuntime) -> Router:
+    """The webhook's routes (module docstring) on the lean HTTP server."""
+    sns = runtime.sns
 
+    async def sns_route(request: Request) -> Response:
+        status, text = await sns.handle(request.body, request.headers.get("x-amz-sns-message-type"))
+        metrics.count_webhook(_outcome(status))
+        return Response(status, text.encode())
 
-async def stats_route(request: web.Request) -> web.Response:
-    return web.json_response(request.app[RUNTIME].stats())
+    async def health_route(_request: Request) -> Response:
+        return Response(200, b'{"ok": true}', _JSON)
 
+    async def stats_route(_request: Request) -> Response:
+        return Response(200, json.dumps(runtime.stats()).encode(), _JSON)
 
-def build_webhook_app(runtime: WebhookRuntime) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY_BYTES + 1)
-    app[RUNTIME] = runtime
-    app.router.add_post(deliverability.SNS_PATH, sns_route)
-    app.router.add_get(HEALTH_PATH, health_route)
-    app.router.add_get("/stats", stats_route)
-    runtime.unsubscribe.register(app)
-    app.on_startup.append(runtime.start)
-    app.on_cleanup.append(runtime.stop)
-    return app
+    router = Router()
+    router.add("POST", deliverability.SNS_PATH, sns_route)
+    router.add("GET", HEALTH_PATH, health_route)
+    router.add("GET", "/stats", stats_route)
+    runtime.unsubscribe.register(router)
+    return router
 
 
 async def serve(
@@ -189,21 +183,19 @@ async def serve(
     *,
     reuse_port: bool = False,
 ) -> None:
-    runner = web.AppRunner(build_webhook_app(runtime), access_log=None, shutdown_timeout=2.0)
-    await runner.setup()
-    site = web.TCPSite(
-        runner, host, port, backlog=1024, shutdown_timeout=2.0, reuse_port=reuse_port or None
-    )
+    server = LeanServer(build_router(runtime), max_body=MAX_BODY_BYTES)
+    await runtime.start()
     try:
         try:
-            await site.start()
+            await server.start(host, port, reuse_port=reuse_port)
         except OSError as exc:
             raise PortTaken(f"{host}:{port} is in use or cannot be bound ({exc})") from exc
         log.info("webhook ready on http://%s:%s", host, port)
         print(f"webhook listening on http://{host}:{port}", flush=True)
         await stop.wait()
     finally:
-        await runner.cleanup()  # also after a failed bind: closes the pool, stops the relay
+        await server.stop(grace_s=2.0)
+        await runtime.stop()  # also after a failed bind: closes the pool, stops the relay
 
 
 async def _stop_when_orphaned(stop: asyncio.Event) -> None:
@@ -237,6 +229,7 @@ def run_webhook(
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        health.start_heartbeat()  # /healthz on the metrics port
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         watchdog = None

@@ -272,6 +272,12 @@ class Schedule:
         if o.restart_postgres_at is not None:
             self.pending_restarts["postgres"] = o.restart_postgres_at
 
+    def restarts_outstanding(self) -> bool:
+        """A restart asked for is still to begin or to be back (a campaign can finish first)."""
+        return bool(self.pending_restarts) or any(
+            r.thread is not None for r in self.restarts.values()
+        )
+
     def tick(self, t: float, busy: bool) -> None:
         """Apply every fault due at `t` seconds into the run."""
         pool, log = self.pool, self.log
@@ -609,7 +615,7 @@ def _run_faults(
         if on_tick is not None:
             on_tick()
         progress = _progress(settings, campaign_id)
-        if progress is not None and progress.finished:
+        if progress is not None and progress.finished and not schedule.restarts_outstanding():
             return
         if t > options.timeout_s:
             log(f"chaos: timeout after {t:.0f}s")
