@@ -411,16 +411,24 @@ class Lane:
                 # few rows would take a whole call's turn, and the lane would fall behind).
                 self._requeue(rows)
                 rows = []
-            pacer.started(admitted, time.monotonic())
             self._in_call = True
+            counted = 0
             outcome: CallOutcome | None = None
             try:
                 batch = await s.enter_call(cid, batch)
-                outcome = await s.call_ses(campaign, batch) if batch else None
+                if batch:
+                    # Counted from here, not from the admission: SES sees nothing of the call
+                    # before this instant, and the window has only gained room since (this lane
+                    # has no other call), so the bound holds without paying for the database
+                    # round trip in the window.
+                    counted = len(batch)
+                    pacer.started(counted, time.monotonic())
+                    outcome = await s.call_ses(campaign, batch)
             finally:
                 self._in_call = False
-                answered_at = outcome.answered_at if outcome is not None else None
-                pacer.finished(admitted, answered_at or time.monotonic())
+                if counted:
+                    answered_at = outcome.answered_at if outcome is not None else None
+                    pacer.finished(counted, answered_at or time.monotonic())
 
             if outcome is None:
                 continue

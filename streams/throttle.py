@@ -322,10 +322,17 @@ class WindowPacer:
 
     def started(self, n: int, now: float | None = None) -> None:
         """`n` recipients went into a call; with `now`, the next call waits its turn (n / budget
-        later), which only spreads calls: the window alone keeps the bound."""
+        later), which only spreads calls: the window alone keeps the bound.
+
+        Turns are kept on a grid: a call that starts up to half a turn late (a busy event loop,
+        a database round trip before the call) does not push every later call back by as
+        much, or a lane would lose that lateness on every call of its second. After a longer
+        gap the grid starts again from `now`."""
         self._in_call += n
         if now is not None and self.budget > 0:
-            self._next_at = now + n / self.budget
+            turn = n / self.budget
+            on_grid = now - self._next_at <= turn / 2
+            self._next_at = (self._next_at if on_grid else now) + turn
 
     def finished(self, n: int, now: float) -> None:
         self._in_call = max(0, self._in_call - n)

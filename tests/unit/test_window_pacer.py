@@ -173,6 +173,35 @@ def test_calls_are_spread_over_the_second_not_sent_in_a_burst() -> None:
     assert starts == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8])
 
 
+def test_late_starts_do_not_push_the_later_calls_back() -> None:
+    # Every call starts 30 ms after the pacer allowed it (a busy event loop): the lane still
+    # sends its budget each second, not budget / (1 + 5 x 30 ms).
+    pacer = WindowPacer(185)
+    size = pacer.call_size(50)
+    now, sent, lag = 0.0, 0, 0.03
+    while now < 20.0:
+        admitted, wait = pacer.admit(size, now)
+        if not admitted:
+            now += wait + lag
+            continue
+        pacer.started(admitted, now)
+        pacer.finished(admitted, now + 0.002)
+        sent += admitted
+        now += 0.002 + lag
+    assert sent / 20.0 >= 0.97 * 185
+
+
+def test_after_a_gap_the_grid_starts_again() -> None:
+    pacer = WindowPacer(100)
+    pacer.started(20, 0.0)
+    pacer.finished(20, 0.01)
+    assert pacer.admit(20, 0.2)[0] == 20
+    pacer.started(20, 5.0)  # long idle: no burst of turns saved up
+    pacer.finished(20, 5.01)
+    admitted, wait = pacer.admit(20, 5.02)
+    assert admitted == 0 and wait == pytest.approx(0.18)  # a whole turn after the restart
+
+
 def test_a_held_pacer_waits_until_the_hold_ends() -> None:
     pacer = WindowPacer(10)
     pacer.hold_until(5.0)
