@@ -108,7 +108,7 @@ class Settings(BaseSettings):
     mail_rate: float = 40.0  # sends/s per mail worker; must fit in transactional_reserve
     mail_concurrency: int = 8  # SES calls in flight per mail worker
     mail_ses_timeout_s: float = 5.0  # read timeout of one SendEmail (connect: min(this, 2))
-    mail_lease_s: float = 30.0  # must exceed the worst measured send time (validated)
+    mail_lease_s: float = 30.0  # > concurrency / rate + 2 x the worst send time (validated)
     mail_max_attempts: int = 5  # explicit failures before a mail is `failed`
     mail_retry_base_s: float = 1.0
     mail_retry_cap_s: float = 60.0

@@ -85,7 +85,9 @@ def relay_config(s: Settings, table: str, channel: str | None) -> RelayConfig:
 
 def check_mail_settings(s: Settings) -> None:
     """Refuse to start with a configuration that breaks a guarantee."""
-    check_lease(s.mail_lease_s, s.mail_ses_timeout_s)
+    check_lease(
+        s.mail_lease_s, s.mail_ses_timeout_s, concurrency=s.mail_concurrency, rate=s.mail_rate
+    )
     if s.mail_rate <= 0 or s.mail_rate > s.transactional_reserve:
         raise ConfigError(
             f"mail_rate {s.mail_rate:g}/s must be > 0 and within the transactional reserve "

@@ -324,13 +324,21 @@ def worst_send_s(timeout_s: float) -> float:
     return min(timeout_s, 2.0) + timeout_s + 2.0
 
 
-def check_lease(lease_s: float, timeout_s: float) -> None:
-    """The lease must outlast the worst send, or a second worker resends a mail in flight."""
+def check_lease(
+    lease_s: float, timeout_s: float, *, concurrency: int = 1, rate: float = 0.0
+) -> None:
+    """The lease must outlast the wait for the rate limiter plus the worst send, or a second
+    worker resends a mail in flight. A worker holds at most `concurrency` claimed mails, each
+    with one reservation at `rate`, so none waits longer than concurrency / rate before its
+    call."""
     worst = worst_send_s(timeout_s)
-    if lease_s <= 2 * worst:
+    queued = concurrency / rate if rate > 0 else 0.0
+    if lease_s <= queued + 2 * worst:
         raise ConfigError(
-            f"mail lease {lease_s:g}s must exceed twice the worst send time {worst:g}s "
-            f"(SES timeout {timeout_s:g}s): raise FLASHSEND_MAIL_LEASE_S"
+            f"mail lease {lease_s:g}s must exceed the limiter's wait {queued:g}s "
+            f"({concurrency} mails in flight at {rate:g}/s) plus twice the worst send time "
+            f"{worst:g}s (SES timeout {timeout_s:g}s): raise FLASHSEND_MAIL_LEASE_S or lower "
+            "FLASHSEND_MAIL_CONCURRENCY"
         )
 
 

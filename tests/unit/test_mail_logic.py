@@ -245,6 +245,14 @@ def test_lease_must_outlast_the_worst_send() -> None:
         check_lease(10.0, 5.0)
 
 
+def test_lease_must_outlast_the_wait_for_the_limiter() -> None:
+    # 8 claimed mails at 0.5/s: the last one calls SES 16 s after its claim, so a 30-s lease
+    # with a 12-s worst send would expire under it and another worker would send it again.
+    check_lease(30.0, 5.0, concurrency=8, rate=40.0)
+    with pytest.raises(ConfigError, match="FLASHSEND_MAIL_CONCURRENCY"):
+        check_lease(30.0, 5.0, concurrency=8, rate=0.5)
+
+
 def test_purge_horizon_rules() -> None:
     now = time.time()
     assert purge_horizon(now, retention_s=8.0, topic_retention_s=7.0, max_event_age_s=1.0) == (
