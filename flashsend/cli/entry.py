@@ -8,7 +8,10 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
+import psycopg
+
 from flashsend.errors import FlashsendError
+from flashsend.unreachable import stack_hint
 
 DESCRIPTION = """\
 flashsend sends flash-sale campaigns (~1M recipients) and transactional mail through Amazon SES
@@ -90,6 +93,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = args.func(args)
     except FlashsendError as exc:
         print(f"flashsend: error: {exc}", file=sys.stderr)
+        return 2
+    except psycopg.OperationalError as exc:
+        hint = stack_hint(exc)
+        if hint is None:
+            raise
+        print(f"flashsend: error: {hint}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("flashsend: interrupted", file=sys.stderr)

@@ -21,6 +21,7 @@ import psycopg
 
 from flashsend.errors import UsageError
 from flashsend.settings import Settings
+from flashsend.unreachable import stack_hint
 from sinks.campaign_store import SETTLED, CampaignStore
 
 log = logging.getLogger("flashsend.lab")
@@ -29,7 +30,7 @@ log = logging.getLogger("flashsend.lab")
 def error_text(exc: BaseException) -> str:
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted (SIGINT/SIGTERM) before the run finished"
-    return f"{type(exc).__name__}: {exc}"
+    return stack_hint(exc) or f"{type(exc).__name__}: {exc}"
 
 
 class StartedCampaigns:
