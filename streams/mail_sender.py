@@ -110,11 +110,17 @@ class MailSender:
             self._tasks.append(asyncio.create_task(self._listen_loop(), name="mail-listen"))
 
     async def stop(self, grace_s: float = 10.0) -> None:
-        """Stop claiming; let calls in flight finish and record their outcome."""
+        """Stop claiming; let a claim in progress, then the calls in flight, finish and record
+        their outcome. A claim cancelled at its COMMIT may still have committed: its mails
+        would stay `sending` until the lease turns them unknown or sends them again."""
         self._stopping = True
         self._wake.set()
+        deadline = time.monotonic() + grace_s
+        claim_loop = self._tasks[:1]
+        if claim_loop:
+            await asyncio.wait(claim_loop, timeout=grace_s)
         if self._inflight:
-            await asyncio.wait(set(self._inflight), timeout=grace_s)
+            await asyncio.wait(set(self._inflight), timeout=max(0.0, deadline - time.monotonic()))
         for task in [*self._tasks, *self._inflight]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._inflight, return_exceptions=True)

@@ -272,3 +272,32 @@ def test_delayed_mail_and_transactional_rate(ms: Settings) -> None:
     densest = max(sum(1 for t in times if s <= t < s + 1.0) for s in times)
     assert densest <= 5 + 20 + 1, f"{densest} transactional mails in one second at 20/s"
     assert msg["configuration_set"] == ms.transactional_configuration_set
+
+
+def test_a_stop_during_a_claim_leaves_no_mail_sending(ms: Settings) -> None:
+    """A stop that lands while the claim loop is waiting for PostgreSQL: the mails that claim
+    returns still get their call and their outcome (or none is claimed); none is left
+    `sending` for the lease to turn unknown or resend."""
+
+    async def start_then_stop(delay: float) -> None:
+        pool = await open_pool(ms, size=4)
+        try:
+            ses = SesSender(make_client(ms, timeout=ms.mail_ses_timeout_s))
+            sender = MailSender(config=sender_config(ms), store=store_for(ms, pool), ses=ses)
+            sender.start()
+            await asyncio.sleep(delay)  # the first claim is on its way
+            # The loop stands still while PostgreSQL answers what was sent (a busy worker):
+            # when that was the claim's COMMIT, the stop comes after the claim, before its calls.
+            time.sleep(0.05)
+            await sender.stop(grace_s=5)
+        finally:
+            await pool.close()
+
+    left = []
+    for i in range(40):
+        key = f"stop-during-claim:{i}"
+        enqueue(ms, key, address(f"stop{i}"))
+        asyncio.run(start_then_stop(0.0002 * i))
+        if status(ms, key) == "sending":
+            left.append(key)
+    assert left == []
