@@ -91,7 +91,12 @@ def test_exactly_one_relay_holds_the_lock(ms: Settings) -> None:
                 "WHERE locktype = 'advisory' AND granted AND database = "
                 "(SELECT oid FROM pg_database WHERE datname = current_database())"
             )
-        assert first.acquire()  # the lock died with the leader's session
+        # The lock dies with the leader's session, once its backend has exited:
+        # pg_terminate_backend only signals it.
+        deadline = time.monotonic() + 10.0
+        while not first.acquire():
+            assert time.monotonic() < deadline, "the terminated session kept its lock"
+            time.sleep(0.05)
         with pytest.raises((NotLeader, psycopg.Error)):
             second.run_once()
         assert not second.acquire()
