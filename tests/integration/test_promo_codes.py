@@ -104,29 +104,34 @@ async def workers(settings: Settings, n: int, topic: str) -> tuple[list[Worker],
 
 
 def test_two_workers_claiming_at_once_never_bind_a_code_twice(settings: Settings) -> None:
-    """Two workers claim their own partitions' recipients in concurrent transactions, 25 at a
-    time, and in the last rounds race for the SAME rows (two doorbells of one recipient on
-    two partitions): every claimed recipient gets a code, none twice, and no code is bound to
-    a row its transaction did not claim."""
-    cid = promo_campaign(settings, 1_200, 1_300)
+    """Two workers race for the SAME rows (two doorbells of one recipient on two
+    partitions), then claim their own partitions' recipients in concurrent transactions, 25
+    at a time. The pool holds exactly one code per recipient, so the last rounds compete for
+    the last free codes. Every claimed recipient
+    gets a code, none twice, no code is bound to a row its transaction did not claim, and
+    the pool is not found empty while it still has codes."""
+    cid = promo_campaign(settings, 1_200, 1)
     seqs = pending_seqs(settings, cid)
     assert len(seqs) > 1_000
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        # Exactly one code per recipient: the last claims compete for the last free codes.
+        PromoStore(conn).generate(cid, parse_pattern("T-{8}"), len(seqs) - 1)
     split, shared = seqs[:-200], seqs[-200:]
 
     async def scenario() -> list[ClaimedRecipient]:
         (a, b), pools = await workers(settings, 2, f"t{cid}")
         try:
             claimed: list[ClaimedRecipient] = []
+            for i in range(0, len(shared), 25):
+                chunk = [(cid, s) for s in shared[i : i + 25]]
+                for rows in await asyncio.gather(a.claim({0: chunk}), b.claim({1: chunk})):
+                    claimed += rows
             mine, theirs = split[0::2], split[1::2]
             for i in range(0, max(len(mine), len(theirs)), 25):
                 for rows in await asyncio.gather(
                     a.claim({0: [(cid, s) for s in mine[i : i + 25]]}),
                     b.claim({1: [(cid, s) for s in theirs[i : i + 25]]}),
                 ):
-                    claimed += rows
-            for i in range(0, len(shared), 25):
-                chunk = [(cid, s) for s in shared[i : i + 25]]
-                for rows in await asyncio.gather(a.claim({0: chunk}), b.claim({1: chunk})):
                     claimed += rows
             return claimed
         finally:
