@@ -14,6 +14,11 @@ DEFAULT_TEMPLATE = "flash_sale"
 DEFAULT_SUBJECT = "{{first_name}}, the flash sale starts now"
 DEFAULT_HTML = "<p>Hi {{first_name}},</p><p>Everything is 50% off for the next 2 hours.</p>"
 DEFAULT_TEXT = "Hi {{first_name}}, everything is 50% off for the next 2 hours."
+# The demo template of a campaign with a promo pool: each mail carries its recipient's code.
+PROMO_TEMPLATE = "flash_sale_code"
+PROMO_SUBJECT = "{{first_name}}, your flash sale code {{promo_code}}"
+PROMO_HTML = "<p>Hi {{first_name}},</p><p>Your code <b>{{promo_code}}</b> takes 50% off today.</p>"
+PROMO_TEXT = "Hi {{first_name}}, your code {{promo_code}} takes 50% off today."
 
 
 def create_campaign(

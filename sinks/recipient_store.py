@@ -10,10 +10,17 @@ The claim and the results name the campaign's own partition when it has one with
 trigger (`own_partition`, migration 0013): PostgreSQL then reuses one generic plan instead of
 planning every execution on the parent. Other campaigns (legacy partition, retired, an older
 database) go through the parent with the same checks.
+
+A campaign with a promo pool (migration 0021) gets one code per claimed recipient in the
+claim's transaction (`bind_promo_codes`, sinks/sql/promo.sql): the code the recipient already
+holds, else a free one. Recipients the pool has no code for go back to pending and the campaign
+pauses, reason `promo_pool_empty`, in that same transaction: nothing is sent without a code.
+Campaigns without a pool run exactly the statements they ran before.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +35,10 @@ from sinks.pg_arrays import int_array, text_array
 from sinks.queries import query
 from sinks.recipient_partitions import DIRECT_TRIGGER, partition_name, partition_of
 
-__all__ = ["PartitionSpan", "RecipientStore", "StoreUnavailable"]
+__all__ = ["PROMO_POOL_EMPTY", "PartitionSpan", "RecipientStore", "StoreUnavailable"]
+
+PROMO_POOL_EMPTY = "promo_pool_empty"  # the pause reason when a claim finds no free code
+SLOTS = 2**31 - 1  # promo_codes.slot is uniform in [0, SLOTS] (migration 0021)
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,7 @@ class ClaimedRecipient:
     email: str
     first_name: str | None
     attempt: int = 0  # the claim's `attempts`: its token in enter_call and record_results
+    promo_code: str | None = None  # bound in the claim's transaction (campaigns with a pool)
 
 
 # A recipient to claim: (Kafka offset of its doorbell, (campaign id, seq)).
@@ -52,6 +63,7 @@ class ClaimOutcome:
     fenced: int = 0  # recipients whose doorbell is below the stored offset: claimed before
     stale: dict[int, int | None] = field(default_factory=dict)  # partition -> epoch held here
     epochs: dict[int, int] = field(default_factory=dict)  # partition -> epoch claimed under
+    codeless: int = 0  # claimed, found the promo pool empty: back to pending, campaign paused
 
 
 @dataclass(frozen=True)
@@ -81,6 +93,7 @@ class PartitionSql:
     claim: str
     record: str
     enter: str
+    release_codeless: str
 
 
 def _on(name: str, table: sql.Composable) -> str:
@@ -90,6 +103,7 @@ def _on(name: str, table: sql.Composable) -> str:
 # For a campaign without a partition of its own with the trigger.
 _RECORD_VIA_PARENT = _on("record_results", sql.SQL("campaign_recipients"))
 _ENTER_VIA_PARENT = _on("enter_call", sql.SQL("campaign_recipients"))
+_CODELESS_VIA_PARENT = _on("release_codeless", sql.SQL("campaign_recipients"))
 
 
 class RecipientStore:
@@ -103,6 +117,8 @@ class RecipientStore:
         # only disappears once its campaign is settled (retire); a statement that then finds
         # no table forgets this and fails as StoreUnavailable, and the retry asks again.
         self._partitions: dict[int, PartitionSql | None] = {}
+        # Per started campaign: whether it has a promo pool (never changes once started).
+        self._pools: dict[int, bool] = {}
 
     async def _partition_sql(
         self, conn: psycopg.AsyncConnection[Any], cid: int
@@ -120,6 +136,7 @@ class RecipientStore:
                 claim=sql.SQL(query("claim_in_partition")).format(partition=table).as_string(conn),
                 record=_on("record_results", table),
                 enter=_on("enter_call", table),
+                release_codeless=_on("release_codeless", table),
             )
         self._partitions[cid] = found
         return found
@@ -142,15 +159,33 @@ class RecipientStore:
                 for cid, seq in keys:
                     seqs_by_campaign.setdefault(cid, []).append(seq)
             rows = await self._claim(conn, seqs_by_campaign)
+            pooled = {cid for cid in seqs_by_campaign if await self._has_pool(conn, cid)}
+            codes: dict[tuple[int, int], str] | None = None
+            codeless: dict[int, int] = {}
+            if pooled:
+                codes, codeless = await self._bind_codes(conn, pooled, rows)
             claimed: list[ClaimedRecipient] = []
             skipped = 0
             for cid, seq, user_id, email, first_name, status, attempt in rows:
                 if status == "sending":
-                    claimed.append(ClaimedRecipient(cid, seq, user_id, email, first_name, attempt))
+                    if codes is None:
+                        code = None
+                    elif (code := codes.get((cid, seq))) is None and cid in codeless:
+                        continue  # released: the pool had no code for it
+                    claimed.append(
+                        ClaimedRecipient(cid, seq, user_id, email, first_name, attempt, code)
+                    )
                 elif status == "skipped":
                     skipped += 1
                 # 'pending': a paused campaign's row, flagged for requeue on resume
-            return ClaimOutcome(claimed, skipped, fenced, dict(fence.stale), dict(fence.epochs))
+            return ClaimOutcome(
+                claimed,
+                skipped,
+                fenced,
+                dict(fence.stale),
+                dict(fence.epochs),
+                sum(codeless.values()),
+            )
 
         try:
             return await self.offsets.transaction(spans, claim)
@@ -185,6 +220,59 @@ class RecipientStore:
             )
             rows.extend(await cur.fetchall())
         return rows
+
+    async def _has_pool(self, conn: psycopg.AsyncConnection[Any], cid: int) -> bool:
+        if cid in self._pools:
+            return self._pools[cid]
+        cur = await conn.execute(query("promo_campaign"), {"campaign_id": cid})
+        row = await cur.fetchone()
+        has_pool = bool(row is not None and row[0])
+        if row is not None and row[1] != "draft":
+            self._pools[cid] = has_pool
+        return has_pool
+
+    async def _bind_codes(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        pooled: set[int],
+        rows: Sequence[tuple[Any, ...]],
+    ) -> tuple[dict[tuple[int, int], str], dict[int, int]]:
+        """Bind a promo code to each row just claimed ('sending') of the `pooled` campaigns;
+        release the rows the pool had none for and pause their campaign. Returns the codes
+        by (campaign, seq) and, per campaign, how many rows were released."""
+        sending: dict[int, list[int]] = {}
+        for row in rows:
+            if row[5] == "sending" and row[0] in pooled:
+                sending.setdefault(int(row[0]), []).append(int(row[1]))
+        codes: dict[tuple[int, int], str] = {}
+        codeless: dict[int, int] = {}
+        for cid in sorted(sending):
+            seqs = sending[cid]
+            cur = await conn.execute(
+                query("bind_promo_codes"),
+                {"campaign_id": cid, "seqs": int_array(seqs), "slot": random.randrange(SLOTS)},
+            )
+            for seq, code in await cur.fetchall():
+                codes[(cid, int(seq))] = str(code)
+            missing = [seq for seq in seqs if (cid, seq) not in codes]
+            if not missing:
+                continue
+            own = await self._partition_sql(conn, cid)
+            await conn.execute(
+                _CODELESS_VIA_PARENT if own is None else own.release_codeless,
+                {"campaign_id": cid, "seqs": int_array(missing)},
+            )
+            await conn.execute(
+                query("set_campaign_status"),
+                {
+                    "id": cid,
+                    "status": "paused",
+                    "reason": PROMO_POOL_EMPTY,
+                    "from_statuses": ["sending"],
+                },
+            )
+            codeless[cid] = len(missing)
+        return codes, codeless
 
     async def record_results(
         self, campaign_id: int, results: Sequence[RowResult], attempts: Sequence[int]

@@ -480,6 +480,15 @@ class CallOutcome:
         self.answered = self.answered and part.answered
 
 
+def replacement_data(row: ClaimedRecipient) -> dict[str, Any]:
+    """The template's values for one recipient: {{first_name}}, {{user_id}}, and
+    {{promo_code}} when the campaign has a pool (the code bound at the claim)."""
+    data: dict[str, Any] = {"first_name": row.first_name or "there", "user_id": row.user_id}
+    if row.promo_code is not None:
+        data["promo_code"] = row.promo_code
+    return data
+
+
 def _refusal_reason(exc: SesCallFailed) -> str:
     """SES's code and message for an entry it refused (the message names the address)."""
     return f"{exc.code}: {exc.message}" if exc.message else str(exc.code)
@@ -542,6 +551,7 @@ class CampaignSender:
             "claimed": 0,
             "skipped": 0,
             "fenced": 0,
+            "codeless": 0,  # claimed when the promo pool was empty: released, campaign paused
             "overtaken": 0,
             "dead": 0,
             "calls": 0,
@@ -753,6 +763,13 @@ class CampaignSender:
         self.stats["claimed"] += len(outcome.claimed)
         self.stats["skipped"] += outcome.skipped
         self.stats["fenced"] += outcome.fenced
+        self.stats["codeless"] += outcome.codeless
+        if outcome.codeless:
+            log.warning(
+                "%d recipients claimed with no promo code left: released, campaign paused "
+                "(promo_pool_empty)",
+                outcome.codeless,
+            )
         metrics.count_skipped((key[0] for ks in keys.values() for _, key in ks), outcome.skipped)
         if outcome.fenced:
             log.info("%d recipients below the stored offsets: claimed before", outcome.fenced)
@@ -998,7 +1015,7 @@ class CampaignSender:
         entries = [
             BulkEntry(
                 to=r.email,
-                replacement_data={"first_name": r.first_name or "there", "user_id": r.user_id},
+                replacement_data=replacement_data(r),
                 headers=self.headers_for(r),
                 tags={"seq": str(r.seq)},
             )

@@ -20,6 +20,7 @@ from producers.campaign_ops import (
     create_campaign,
 )
 from sinks.campaign_store import CampaignStore
+from sinks.promo_store import PromoCounts, PromoStore
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -95,6 +96,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="counts per status, rate and ETA (trigger-kept counters: ~1 ms at 1M rows)",
         description="Counts per status from trigger-kept counters, and what the snapshot "
         "skipped (duplicate and invalid addresses; `campaign report` lists every reason). "
+        "A campaign with a promo pool also shows its codes issued and left (counted over the "
+        "pool's partial indexes). "
         "Example: flashsend campaign status 42 --watch",
     )
     p.add_argument("id", type=int, help="campaign id")
@@ -191,7 +194,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_status(p: Any) -> str:
+def format_status(p: Any, promo: PromoCounts | None = None) -> str:
     rate = p.send_rate
     pending = p["pending"] + p["sending"]
     eta = f"{pending / rate:,.0f}s" if rate > 0 and pending else "-"
@@ -202,6 +205,11 @@ def format_status(p: Any) -> str:
         f"sending {p['sending']:,}  failed {p['failed']:,}  unknown {p['unknown']:,}  "
         f"skipped {p['skipped']:,}{_set_aside(p)}  cancelled {p['cancelled']:,}\n"
         f"  rate {rate:,.0f}/s (limit {p['rate_limit'] or 'unlimited'})  ETA {eta}"
+        + (
+            f"\n  promo codes issued {promo.issued:,}  left {promo.left:,}"
+            if promo is not None
+            else ""
+        )
     )
 
 
@@ -220,13 +228,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         while True:
             began = time.perf_counter()
             progress = store.progress(args.id)
+            promo = PromoStore(conn).counts(args.id)
             query_ms = (time.perf_counter() - began) * 1000
             if args.json:
-                print(
-                    json.dumps({**progress.as_dict(), "query_ms": round(query_ms, 1)}, default=str)
-                )
+                out = {**progress.as_dict(), **(promo.as_dict() if promo else {})}
+                print(json.dumps({**out, "query_ms": round(query_ms, 1)}, default=str))
             else:
-                print(format_status(progress) + f"  (query {query_ms:.0f} ms)")
+                print(format_status(progress, promo) + f"  (query {query_ms:.0f} ms)")
             if not args.watch or progress.finished or progress["status"] in ("cancelled", "done"):
                 return 0
             time.sleep(2)

@@ -10,6 +10,7 @@ import psycopg
 
 from flashsend.settings import load_settings
 from sinks.campaign_store import CampaignStore
+from sinks.promo_store import PromoStore
 from sinks.queries import query
 from sinks.resolution_store import UnknownRowsStore
 from streams.resolution import in_doubt_summary
@@ -118,6 +119,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "stand-in's deliveries to the webhook: its backlog drains meanwhile; at most 40 x S in "
         "all); 0 = no event loop (default: %(default)s)",
     )
+    p.add_argument(
+        "--promo-codes",
+        action="store_true",
+        help="give the campaign a promo pool ({{promo_code}} in its template) and add the "
+        "invariant promo_codes_unique: each code to one recipient and one address, one code "
+        "per recipient, nothing sent without one (read from our rows and at the stand-in)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object on the last line of stdout")
     p.set_defaults(func=cmd_chaos)
 
@@ -145,8 +153,10 @@ def campaign_report(
     progress = CampaignStore(conn).progress(campaign_id).as_dict()
     reasons = conn.execute(query("report_reasons"), {"id": campaign_id}).fetchall()
     rate = conn.execute(query("report_rate"), {"id": campaign_id, "bucket_s": bucket_s}).fetchall()
+    promo = PromoStore(conn).counts(campaign_id)
     return {
         "campaign": progress,
+        "promo_codes": None if promo is None else promo.as_dict(),
         "by_status_reason": [{"status": s, "reason": r or None, "count": n} for s, r, n in reasons],
         "in_doubt": in_doubt_summary(reasons, UnknownRowsStore(conn).resends(campaign_id)),
         "rate_over_time": [{"t_s": b * bucket_s, "per_s": round(n / bucket_s, 1)} for b, n in rate],
@@ -164,6 +174,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(f"campaign {c['id']} {c['name']!r}: {c['status']}  recipients {c['recipients']}")
     for key in ("started_at", "snapshot_done_at", "produced_at", "paused_at", "finished_at"):
         print(f"  {key:<17} {c[key] or '-'}")
+    if report["promo_codes"] is not None:
+        p = report["promo_codes"]
+        print(f"  promo codes: {p['promo_codes_issued']:,} issued, {p['promo_codes_left']:,} left")
     print("  status / reason:")
     for row in report["by_status_reason"]:
         print(f"    {row['status']:<10} {row['reason'] or '':<40} {row['count']:>10,}")
@@ -213,6 +226,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         lease_s=args.lease,
         timeout_s=args.timeout,
         events_wait_s=args.events_wait,
+        promo_codes=args.promo_codes,
     )
     with sigterm_interrupts():
         result = run_chaos(load_settings(), options)

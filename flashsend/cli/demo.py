@@ -35,6 +35,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="give up (and cancel the campaign) after this many s (default: %(default)s)",
     )
     p.add_argument(
+        "--promo-codes",
+        action="store_true",
+        help="give the campaign a pool of --users generated codes and a template with "
+        "{{promo_code}}; the summary adds promo_codes_issued and promo_codes_unique (checked "
+        "in our rows and at the SES stand-in: each code to one address, one code per address)",
+    )
+    p.add_argument(
         "--json",
         action="store_true",
         help="print the summary as one JSON object on the last line of stdout",
@@ -51,7 +58,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         summary = run_demo(
             settings,
             DemoOptions(
-                users=args.users, rate=args.rate, workers=args.workers, timeout_s=args.timeout
+                users=args.users,
+                rate=args.rate,
+                workers=args.workers,
+                timeout_s=args.timeout,
+                promo_codes=args.promo_codes,
             ),
         )
     if args.json:
@@ -65,5 +76,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
         and summary.get("pending") == 0
         and summary.get("sending") == 0
         and summary.get("duplicates") in (0, None)
+        and summary.get("promo_codes_unique", True) is True
     )
     return 0 if ok else 1

@@ -21,6 +21,7 @@ Typical session:
   flashsend up                      start the local stack (Kafka, PostgreSQL, SES stand-in)
   flashsend users seed 100000       synthetic users
   flashsend campaign create --name sale --template flash_sale
+  flashsend promo generate 1 --count 120000   (optional) unique codes as {{promo_code}}
   flashsend campaign start 1        snapshot recipients and produce them to Kafka
   flashsend worker                  run a sender (start as many as you like)
   flashsend campaign status 1       progress, rate, ETA
@@ -44,6 +45,7 @@ def registry() -> list[Register]:
         feedback,
         mail,
         operations,
+        promo,
         resend,
         schemas,
         stack,
@@ -64,6 +66,7 @@ def registry() -> list[Register]:
         schemas.register,
         operations.register,  # after control: adds `dlq show|replay`
         resend.register,  # after control: adds `campaign resend-unknown`
+        promo.register,
     ]
 
 

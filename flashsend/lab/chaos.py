@@ -7,6 +7,8 @@ and let the SES stand-in accept calls without answering. Then wait for the campa
 (reconcile turns expired leases into `unknown`) and check the invariants:
 
 - duplicates == 0 (counted by the stand-in, per destination);
+- with a promo pool (`promo_codes`), promo_codes_unique: no code bound to two recipients nor
+  mailed to two addresses, no recipient holding or receiving two, nothing sent without one;
 - lost == 0 (no recipient left pending/sending);
 - every row that ended `unknown` when its lease expired (reason `lease_expired`: its worker
   died or froze in a call) was in a call right after one of the kills, the freeze or a
@@ -49,7 +51,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from flashsend.lab.chaos_events import EventLoop, judge_in_doubt
-from flashsend.lab.demo import ensure_users, standin_stats
+from flashsend.lab.demo import create_pool, ensure_users, promo_verdict, standin_stats
 from flashsend.lab.run import StartedCampaigns, error_text, finish_run
 from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
@@ -63,6 +65,10 @@ from producers.campaign_ops import (
     DEFAULT_SUBJECT,
     DEFAULT_TEMPLATE,
     DEFAULT_TEXT,
+    PROMO_HTML,
+    PROMO_SUBJECT,
+    PROMO_TEMPLATE,
+    PROMO_TEXT,
     create_campaign,
 )
 from producers.reconcile import Reconciler
@@ -88,6 +94,7 @@ class ChaosOptions:
     timeout_s: float = 900.0
     seed: int = 7
     events_wait_s: float = 30.0  # 0: no event loop (no webhook, no feedback worker)
+    promo_codes: bool = False  # a promo pool: invariant promo_codes_unique
 
 
 def freeze(proc: subprocess.Popen[bytes]) -> bool:
@@ -402,13 +409,25 @@ def run_chaos(
         hung_before = ses.stats()["hung_recipients"]
         if loop is not None:
             loop.start()
+        template = DEFAULT_TEMPLATE
+        if options.promo_codes:
+            SesSender(make_client(settings, timeout=10)).put_template(
+                PROMO_TEMPLATE, PROMO_SUBJECT, PROMO_HTML, PROMO_TEXT
+            )
+            template = PROMO_TEMPLATE
         audience = f"({settings.audience_condition}) AND u.id <= {int(options.users)}"
         campaign_id = started.add(
             create_campaign(
-                settings, name=f"chaos-{int(time.time())}", rate=options.rate, audience=audience
+                settings,
+                name=f"chaos-{int(time.time())}",
+                template=template,
+                rate=options.rate,
+                audience=audience,
             )
         )
         result["campaign_id"] = campaign_id
+        if options.promo_codes:
+            create_pool(settings, campaign_id, options.users)
         schedule.in_flight = InFlight(lambda: rows_in_call(settings, campaign_id))
         pool.start(options.workers)
         began = time.monotonic()
@@ -424,7 +443,7 @@ def run_chaos(
         for restart in restarts.values():
             restart.ensure_started()
         schedule.count_restarts(time.monotonic() - began)
-        result.update(_judge(settings, campaign_id, schedule, hung_before))
+        result.update(_judge(settings, campaign_id, schedule, hung_before, options.promo_codes))
         if loop is not None:
             result.update(_judge_events(settings, campaign_id, loop, options, result, log))
         else:
@@ -492,7 +511,11 @@ SELECT seq, reason = 'lease_expired' FROM campaign_recipients
 
 
 def _judge(
-    settings: Settings, campaign_id: int, schedule: Schedule, hung_before: int
+    settings: Settings,
+    campaign_id: int,
+    schedule: Schedule,
+    hung_before: int,
+    promo_codes: bool = False,
 ) -> dict[str, Any]:
     in_flight = schedule.in_flight
     if in_flight is not None:  # the workers' stop is the last fault: read what it left
@@ -553,6 +576,11 @@ def _judge(
         "unknown_only_from_in_flight": result["unknown_outside_in_flight"] == 0,
         "in_flight_within_max": len(seen) <= result["in_flight_max"],
     }
+    if promo_codes:
+        # Read from our rows and from the stand-in: each code bound to one recipient and
+        # mailed to one address, one code per recipient, nothing sent without a code.
+        result.update(promo_verdict(settings, campaign_id, stats))
+        result["invariants"]["promo_codes_unique"] = result["promo_codes_unique"]
     return _with_verdict(result)
 
 

@@ -21,9 +21,14 @@ from producers.campaign_ops import (
     DEFAULT_SUBJECT,
     DEFAULT_TEMPLATE,
     DEFAULT_TEXT,
+    PROMO_HTML,
+    PROMO_SUBJECT,
+    PROMO_TEMPLATE,
+    PROMO_TEXT,
     create_campaign,
 )
 from sinks.campaign_store import SETTLED, CampaignStore
+from sinks.promo_store import PromoStore
 from sinks.ses import SesSender, make_client
 from sinks.users import seed_users
 
@@ -39,6 +44,7 @@ class DemoOptions:
     workers: int = 2
     timeout_s: float = 1800.0
     show_progress: bool = True
+    promo_codes: bool = False  # a pool of one code per user, {{promo_code}} in the template
 
 
 def ensure_users(settings: Settings, wanted: int) -> float:
@@ -61,6 +67,47 @@ def standin_stats(settings: Settings, campaign_id: int) -> dict[str, Any]:
     return dict(SesStandinAdmin(settings.ses_endpoint_url).stats(campaign=str(campaign_id)))
 
 
+# Demo pool codes: 23^8 = 7.8e10 possible, sparse enough for 78 million codes.
+PROMO_PATTERN = "DEMO-{8}"
+
+
+def create_pool(settings: Settings, campaign_id: int, count: int) -> None:
+    """A pool of `count` generated codes for a draft campaign."""
+    from streams.promo_codes import parse_pattern
+
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        PromoStore(conn).generate(campaign_id, parse_pattern(PROMO_PATTERN), count)
+
+
+def promo_verdict(settings: Settings, campaign_id: int, stats: dict[str, Any]) -> dict[str, Any]:
+    """Codes issued, and whether each went to one recipient and each recipient got one:
+    from our rows (bound codes, sent rows) AND from what the SES stand-in accepted (each code
+    at one destination, each destination one code, every accepted mail with a code)."""
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        db = PromoStore(conn).check(campaign_id)
+        sent = CampaignStore(conn).progress(campaign_id)["sent"]
+    db_ok = (
+        db["distinct_codes"] == db["bound"] == db["holders"]
+        and db["holding_two"] == 0
+        and db["sent_without_code"] == 0
+    )
+    at_ses = stats.get("promo_codes")
+    ses_ok = not stats or (
+        stats.get("promo_code_conflicts") == 0
+        and at_ses == stats.get("promo_code_destinations")
+        and stats.get("promo_code_recipients") == stats.get("accepted")
+    )
+    return {
+        "promo_codes_issued": db["bound"],
+        "promo_codes_unique": bool(db_ok and ses_ok),
+        "promo_codes_sent_without_code": db["sent_without_code"],
+        "promo_codes_holding_two": db["holding_two"],
+        "promo_codes_at_ses": at_ses,
+        "promo_code_conflicts_at_ses": stats.get("promo_code_conflicts"),
+        "promo_codes_issued_equals_sent": db["bound"] == sent,
+    }
+
+
 def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict[str, Any]:
     """Run the demo; always returns the summary (`error` set when the run failed or was
     interrupted; the campaign is then cancelled, as is one still unfinished at the timeout)."""
@@ -80,14 +127,28 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
         SesSender(make_client(settings, timeout=10)).put_template(
             DEFAULT_TEMPLATE, DEFAULT_SUBJECT, DEFAULT_HTML, DEFAULT_TEXT
         )
+        template = DEFAULT_TEMPLATE
+        if options.promo_codes:
+            SesSender(make_client(settings, timeout=10)).put_template(
+                PROMO_TEMPLATE, PROMO_SUBJECT, PROMO_HTML, PROMO_TEXT
+            )
+            template = PROMO_TEMPLATE
         # The audience is the first N users, so --users means the same on a bigger database.
         audience = f"({settings.audience_condition}) AND u.id <= {int(options.users)}"
         campaign_id = started.add(
             create_campaign(
-                settings, name=f"demo-{int(time.time())}", rate=options.rate, audience=audience
+                settings,
+                name=f"demo-{int(time.time())}",
+                template=template,
+                rate=options.rate,
+                audience=audience,
             )
         )
         summary["campaign_id"] = campaign_id
+        if options.promo_codes:
+            pool_began = time.monotonic()
+            create_pool(settings, campaign_id, options.users)  # the audience is at most that
+            log(f"promo pool: {options.users:,} codes in {time.monotonic() - pool_began:.1f}s")
         pool.start(options.workers)
         # Started together, the workers would rebalance in the campaign's first seconds (a
         # moved partition holds its sends a second): the figures are the steady state's.
@@ -120,7 +181,7 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
     summary = finish_run(summary, started, failure, log)
     if summary["campaign_id"] is not None:
         try:
-            summary.update(_final_counts(settings, summary["campaign_id"]))
+            summary.update(_final_counts(settings, summary["campaign_id"], options))
         except (psycopg.Error, OSError) as exc:
             summary["error"] = "; ".join(
                 filter(None, [summary.get("error"), f"final counts: {error_text(exc)}"])
@@ -135,12 +196,20 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
     return summary
 
 
-def _final_counts(settings: Settings, campaign_id: int) -> dict[str, Any]:
+def _final_counts(
+    settings: Settings, campaign_id: int, options: DemoOptions | None = None
+) -> dict[str, Any]:
     """Counts per status from our rows, duplicates and the busiest second from the stand-in."""
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         progress = CampaignStore(conn).progress(campaign_id)
     stats = standin_stats(settings, campaign_id)
+    promo = (
+        promo_verdict(settings, campaign_id, stats)
+        if options is not None and options.promo_codes
+        else {}
+    )
     return {
+        **promo,
         "recipients": progress.total,
         **{status: progress[status] for status in STATUSES},
         "duplicates": stats.get("duplicates"),

@@ -26,7 +26,7 @@ from infra.ses_standin.errors import (
     TooManyRequests,
 )
 from infra.ses_standin.faults import FaultConfig, FaultDice
-from infra.ses_standin.index import UNTAGGED, MessageIndex
+from infra.ses_standin.index import PROMO_VARIABLE, UNTAGGED, MessageIndex
 from infra.ses_standin.journal import JOURNAL_FILE, Journal, LineEncoder, Record
 from infra.ses_standin.limits import RollingCounter, TokenBucket, quota_left
 from infra.ses_standin.protocol import (
@@ -126,6 +126,9 @@ class SesAccount:
                 request.configuration_set,
                 missing,
             )
+            code = entry.data.get(PROMO_VARIABLE) if entry.data else None
+            if isinstance(code, str):
+                record["promo_code"] = code
             batch.append((record, recipients.keys, lines.line(record)))
             results.append({"Status": "SUCCESS", "MessageId": message_id})
         self._commit(now, batch)
@@ -303,6 +306,10 @@ class SesAccount:
                 for (record, keys, _line), offset in zip(batch, offsets, strict=True)
             ],
         )
+        for record, keys, _line in batch:
+            if "promo_code" in record:
+                campaign = record["tags"].get("campaign", UNTAGGED)
+                self.index.add_promo(campaign, keys, record["promo_code"])
         self.sent_last_24h.add(now, sum(len(keys) for _record, keys, _line in batch))
         for hook in self.on_accepted:
             for record, _keys, _line in batch:
@@ -321,6 +328,8 @@ class SesAccount:
             t = float(record["time"])
             campaign = record.get("tags", {}).get("campaign", UNTAGGED)
             self.index.add(t, campaign, keys, offset, _failed(record))
+            if "promo_code" in record:
+                self.index.add_promo(campaign, keys, record["promo_code"])
             if t > cutoff:
                 self.sent_last_24h.add(t, len(keys))
             count += 1

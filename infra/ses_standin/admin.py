@@ -26,6 +26,11 @@ class Stats(TypedDict):
     first_ts: float | None
     last_ts: float | None
     rendering_failures: int
+    promo_codes: int  # distinct promo codes accepted (template data `promo_code`)
+    promo_code_destinations: int  # destinations that got one
+    promo_code_recipients: int  # accepted recipients whose mail carried a code
+    promo_code_conflicts: int  # messages carrying a code seen at another address, or a 2nd code
+    promo_code_conflict_list: list[str]  # first 100
     hung_calls: int  # process-wide: calls accepted and never answered
     hung_recipients: int
     now: float  # the stand-in's clock (epoch seconds) when it answered

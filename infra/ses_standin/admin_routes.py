@@ -3,7 +3,8 @@
 | route                                        | answer                                       |
 |----------------------------------------------|----------------------------------------------|
 | GET  /_admin/health                          | {"ok": true}                                 |
-| GET  /_admin/stats[?campaign=C]              | accepted, duplicates, max_1s_window, …, now  |
+| GET  /_admin/stats[?campaign=C]              | accepted, duplicates, max_1s_window,         |
+|                                              | promo_code_conflicts, …, now                 |
 | GET  /_admin/rate[?campaign=C&bucket_ms=N]   | [[bucket start, recipients], …]              |
 | GET  /_admin/messages[?campaign=C|destination=A][&limit=N] | last N journal records         |
 | GET  /_admin/faults, POST /_admin/faults     | current settings (POST: partial update)      |

@@ -3,6 +3,11 @@
 A campaign is the value of the message tag named `campaign` (messages without it form the
 campaign ""; tag values cannot be empty, so that key never clashes). Duplicates are counted per
 (campaign, lower-cased bare address): a pair accepted k times contributes k - 1.
+
+Promo codes: a bulk entry whose template data holds `promo_code` (flashsend's per-recipient
+code) has it journaled with the message; per campaign the index checks that each code reached
+one destination and each destination one code (`promo_code_conflicts` counts the messages that
+break either; the same code to the same address again is a duplicate, not a conflict).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from infra.ses_standin.stats import bucket_counts, max_in_window, sort_points
 
 MAX_LISTED_DUPLICATES = 100
 UNTAGGED = ""
+PROMO_VARIABLE = "promo_code"
 
 # One accepted message: (campaign, recipient keys, journal offset, rendering failed).
 Accepted = tuple[str, Sequence[str], int, bool]
@@ -65,6 +71,27 @@ class Acceptances:
                     self.duplicate_destinations.append(key)
 
 
+@dataclass(slots=True)
+class PromoTally:
+    """Which destination each promo code reached and which code each destination got."""
+
+    destination_of: dict[str, str] = field(default_factory=dict)
+    code_of: dict[str, str] = field(default_factory=dict)
+    recipients: int = 0  # accepted recipients whose mail carried a code
+    conflicts: int = 0
+    conflict_list: list[str] = field(default_factory=list)
+
+    def add(self, keys: Sequence[str], code: str) -> None:
+        self.recipients += len(keys)
+        for key in keys:
+            first = self.destination_of.setdefault(code, key)
+            held = self.code_of.setdefault(key, code)
+            if first != key or held != code:
+                self.conflicts += 1
+                if len(self.conflict_list) < MAX_LISTED_DUPLICATES:
+                    self.conflict_list.append(f"{code} -> {key} (had {first}; held {held})")
+
+
 class MessageIndex:
     """Per-campaign and per-destination views of the journal."""
 
@@ -74,6 +101,7 @@ class MessageIndex:
     # case), a list from its second on. One-element lists were one object per recipient for
     # the cyclic GC to scan again and again: ~10 % of the send path's CPU at 500k recipients.
     by_destination: dict[str, int | list[int]]
+    promo: dict[str, PromoTally]  # per campaign, only those whose mail carried a promo code
 
     def __init__(self) -> None:
         self.clear()
@@ -82,6 +110,13 @@ class MessageIndex:
         self.all = Acceptances(track_duplicates=False)
         self.campaigns = {}
         self.by_destination = {}
+        self.promo = {}
+
+    def add_promo(self, campaign: str, keys: Sequence[str], code: str) -> None:
+        tally = self.promo.get(campaign)
+        if tally is None:
+            tally = self.promo[campaign] = PromoTally()
+        tally.add(keys, code)
 
     def add(self, t: float, campaign: str, keys: Sequence[str], offset: int, failed: bool) -> None:
         acceptances = self.campaigns.get(campaign)
@@ -135,6 +170,10 @@ class MessageIndex:
         else:
             duplicates, listed = acc.duplicates, acc.duplicate_destinations
         times, counts = sort_points(acc.times, acc.counts)
+        if campaign is None:
+            tallies = list(self.promo.values())
+        else:
+            tallies = [self.promo[campaign]] if campaign in self.promo else []
         return {
             "campaign": campaign,
             "accepted": acc.recipients,
@@ -145,6 +184,13 @@ class MessageIndex:
             "first_ts": times[0] if times else None,
             "last_ts": times[-1] if times else None,
             "rendering_failures": acc.rendering_failures,
+            "promo_codes": sum(len(t.destination_of) for t in tallies),
+            "promo_code_destinations": sum(len(t.code_of) for t in tallies),
+            "promo_code_recipients": sum(t.recipients for t in tallies),
+            "promo_code_conflicts": sum(t.conflicts for t in tallies),
+            "promo_code_conflict_list": [c for t in tallies for c in t.conflict_list][
+                :MAX_LISTED_DUPLICATES
+            ],
         }
 
     def rate(self, campaign: str | None, bucket_s: float) -> list[tuple[float, int]]:

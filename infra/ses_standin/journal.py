@@ -69,7 +69,8 @@ class LineEncoder:
             f',"destination":{_list(record["destination"])}{copies}'
             f"{self._template}{_nullable(record['subject'])}"
             f',"headers":{_dict(record["headers"])},"tags":{_dict(record["tags"])}'
-            f'{self._tail},"rendering_failure":{_nullable(record["rendering_failure"])}}}'
+            f'{self._tail},"rendering_failure":{_nullable(record["rendering_failure"])}'
+            + (f',"promo_code":{_quote(record["promo_code"])}}}' if "promo_code" in record else "}")
         )
 
 

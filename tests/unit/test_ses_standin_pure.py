@@ -587,3 +587,54 @@ def test_index_add_call_equals_adding_each_message() -> None:
         assert per_call.destination_offsets(key) == sent_to.get(key, [])
         assert one_by_one.destination_offsets(key) == sent_to.get(key, [])
     assert list(per_call.campaigns) == list(one_by_one.campaigns)
+
+
+def test_promo_codes_each_to_one_address_and_each_address_one_code(tmp_path: Path) -> None:
+    """The stand-in's promo check: a code at a second address, or a second code at one
+    address, is a conflict; the same code to the same address again is only a duplicate.
+    The codes are journaled (json.dumps bytes) and rebuilt from the journal at start."""
+    account = make_account(tmp_path)
+    hooked: list[dict[str, Any]] = []
+    account.on_accepted.append(hooked.append)
+
+    def send(pairs: list[tuple[str, str]], now: float) -> None:
+        body = bulk_body(len(pairs))
+        for entry, (address, code) in zip(body["BulkEmailEntries"], pairs, strict=True):
+            entry["Destination"] = {"ToAddresses": [address]}
+            data = {"name": "N", "promo_code": code}
+            entry["ReplacementEmailContent"]["ReplacementTemplate"]["ReplacementTemplateData"] = (
+                json.dumps(data)
+            )
+        account.send_bulk(parse_bulk_request(body), now=now)
+
+    send([("a@example.com", "K1"), ("b@example.com", "K2")], 1.0)
+    stats = account.index.stats("42")
+    assert (stats["promo_codes"], stats["promo_code_destinations"]) == (2, 2)
+    assert stats["promo_code_recipients"] == stats["accepted"] == 2
+    assert stats["promo_code_conflicts"] == 0
+    send([("A@example.com", "K1")], 2.0)  # the same mail again: a duplicate only
+    assert account.index.stats("42")["promo_code_conflicts"] == 0
+    assert account.index.stats("42")["duplicates"] == 1
+    send([("c@example.com", "K1")], 3.0)  # one code, two addresses
+    send([("b@example.com", "K3")], 4.0)  # one address, two codes
+    stats = account.index.stats("42")
+    assert stats["promo_code_conflicts"] == 2
+    assert len(stats["promo_code_conflict_list"]) == 2
+    assert account.index.stats(None)["promo_code_conflicts"] == 2
+    send([("d@example.com", "K9")], 5.0)
+    account.close()
+    lines = (tmp_path / "state" / "messages.jsonl").read_text(encoding="ascii").splitlines()
+    assert lines == [_canonical(record) for record in hooked]
+    assert json.loads(lines[0])["promo_code"] == "K1"
+    reopened = SesAccount(tmp_path / "state", FaultConfig(), clock=lambda: 5.0)
+    assert reopened.index.stats("42") == account.index.stats("42")
+    reopened.close()
+
+
+def test_mail_without_a_promo_code_journals_no_field(tmp_path: Path) -> None:
+    account = make_account(tmp_path)
+    account.send_bulk(parse_bulk_request(bulk_body(1)), now=1.0)
+    account.close()
+    line = (tmp_path / "state" / "messages.jsonl").read_text(encoding="ascii")
+    assert "promo_code" not in line
+    assert account.index.stats(None)["promo_codes"] == 0
