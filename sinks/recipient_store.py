@@ -39,6 +39,7 @@ class ClaimedRecipient:
     email: str
     first_name: str | None
     attempt: int = 0  # the claim's `attempts`: its token in enter_call and record_results
+    variant: str | None = None  # an A/B test's variant: its template (LiveCampaign.template_for)
 
 
 # A recipient to claim: (Kafka offset of its doorbell, (campaign id, seq)).
@@ -72,6 +73,16 @@ class LiveCampaign:
     configuration_set: str | None
     name: str
     partition_weights: list[int] | None = None  # recipients per partition at first produce
+    variants: list[dict[str, Any]] | None = None  # an A/B test's [{name, template, percent}]
+
+    def template_for(self, variant: str | None) -> str:
+        """The template of a row's variant (the winner's for a released holdout row); the
+        campaign's own template for a row without one."""
+        if variant is not None:
+            for v in self.variants or ():
+                if v["name"] == variant:
+                    return str(v["template"])
+        return self.template
 
 
 @dataclass(frozen=True)
@@ -144,9 +155,11 @@ class RecipientStore:
             rows = await self._claim(conn, seqs_by_campaign)
             claimed: list[ClaimedRecipient] = []
             skipped = 0
-            for cid, seq, user_id, email, first_name, status, attempt in rows:
+            for cid, seq, user_id, email, first_name, status, attempt, variant in rows:
                 if status == "sending":
-                    claimed.append(ClaimedRecipient(cid, seq, user_id, email, first_name, attempt))
+                    claimed.append(
+                        ClaimedRecipient(cid, seq, user_id, email, first_name, attempt, variant)
+                    )
                 elif status == "skipped":
                     skipped += 1
                 # 'pending': a paused campaign's row, flagged for requeue on resume

@@ -8,10 +8,12 @@ from typing import Any
 
 import psycopg
 
+from flashsend.cli.campaign import format_variants
 from flashsend.settings import load_settings
 from sinks.campaign_store import CampaignStore
 from sinks.queries import query
 from sinks.resolution_store import UnknownRowsStore
+from sinks.variant_store import VariantStore, variants_summary
 from streams.resolution import in_doubt_summary
 
 
@@ -145,8 +147,10 @@ def campaign_report(
     progress = CampaignStore(conn).progress(campaign_id).as_dict()
     reasons = conn.execute(query("report_reasons"), {"id": campaign_id}).fetchall()
     rate = conn.execute(query("report_rate"), {"id": campaign_id, "bucket_s": bucket_s}).fetchall()
+    ab = variants_summary(VariantStore(conn), campaign_id)
     return {
         "campaign": progress,
+        **({"ab_test": ab} if ab is not None else {}),
         "by_status_reason": [{"status": s, "reason": r or None, "count": n} for s, r, n in reasons],
         "in_doubt": in_doubt_summary(reasons, UnknownRowsStore(conn).resends(campaign_id)),
         "rate_over_time": [{"t_s": b * bucket_s, "per_s": round(n / bucket_s, 1)} for b, n in rate],
@@ -164,6 +168,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(f"campaign {c['id']} {c['name']!r}: {c['status']}  recipients {c['recipients']}")
     for key in ("started_at", "snapshot_done_at", "produced_at", "paused_at", "finished_at"):
         print(f"  {key:<17} {c[key] or '-'}")
+    if "ab_test" in report:
+        print(format_variants(report["ab_test"]).lstrip("\n"))
     print("  status / reason:")
     for row in report["by_status_reason"]:
         print(f"    {row['status']:<10} {row['reason'] or '':<40} {row['count']:>10,}")
