@@ -51,8 +51,8 @@ EVENT_TYPE_NAMES = {
     "CLICK": "Click",
     "SUBSCRIPTION": "Subscription",
 }
-# The SES stand-in emits no engagement or subscription events: its SQS subscription leaves
-# them out (AWS's event destination keeps them).
+# The SES stand-in's SQS path emits no engagement or subscription events (only its SNS path
+# emits Open/Click): its SQS subscription leaves them out (AWS's event destination keeps them).
 NOT_EMITTED_LOCALLY = frozenset({"OPEN", "CLICK", "SUBSCRIPTION"})
 LOCAL_ACCOUNT = "000000000000"
 

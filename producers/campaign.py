@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from confluent_kafka import KafkaException, Producer
@@ -27,6 +28,8 @@ from schemas.doorbell import DOORBELL_BATCH_RECORDS, DoorbellWriter
 from sinks import recipient_partitions as partitions
 from sinks.queries import query
 from sinks.ses import SesCallFailed, SesSender, make_client
+from sinks.variant_store import VariantStore
+from streams.ab_test import bounds as ab_bounds
 
 Progress = Callable[[int, int], None]
 PAGE = 50_000
@@ -47,7 +50,13 @@ class StartResult:
     already_started: bool
 
 
-def preflight(settings: Settings, template: str, rate: float, committed: float = 0.0) -> float:
+def preflight(
+    settings: Settings,
+    template: str,
+    rate: float,
+    committed: float = 0.0,
+    variant_templates: tuple[str, ...] = (),
+) -> float:
     """Refuse before anything is written: the template must exist in SES and the rate must fit
     the account's MaxSendRate minus the reserve kept for transactional mail, minus `committed`
     (the limits of the other live campaigns: two campaigns at the full budget would eat the
@@ -59,11 +68,12 @@ def preflight(settings: Settings, template: str, rate: float, committed: float =
         raise PreflightFailed(str(exc)) from exc
     ses = SesSender(make_client(settings, timeout=10))
     try:
-        if not ses.template_exists(template):
-            raise PreflightFailed(
-                f"SES template {template!r} does not exist: create it first "
-                f"(flashsend template put {template} …)"
-            )
+        for name in dict.fromkeys((template, *variant_templates)):
+            if not ses.template_exists(name):
+                raise PreflightFailed(
+                    f"SES template {name!r} does not exist: create it first "
+                    f"(flashsend template put {name} …)"
+                )
         quota = ses.get_send_quota()
     except SesCallFailed as exc:
         raise PreflightFailed(f"SES preflight failed: {exc}") from exc
@@ -101,10 +111,18 @@ def snapshot(conn: psycopg.Connection, campaign_id: int, audience: str) -> int:
     The transaction begins by moving the campaign out of `draft` (a conditional UPDATE): that
     row lock makes a concurrent or repeated start find nothing to do, and a snapshot that
     fails leaves the campaign in `draft`, ready to start again."""
-    args = {"campaign_id": campaign_id}
+    args: dict[str, Any] = {"campaign_id": campaign_id}
     with conn.transaction():
         if conn.execute(query("begin_snapshot"), {"id": campaign_id}).fetchone() is None:
             raise UsageError(f"campaign {campaign_id} was started concurrently")
+        ab = VariantStore(conn).state(campaign_id)
+        variants = ab.variants if ab is not None else []
+        names = [v.name for v in variants] or None
+        snapshot_args = {
+            **args,
+            "variant_names": names,
+            "variant_bounds": ab_bounds(variants) if names else None,
+        }
         # The row_number() sort of ~1M users spills to disk at the default 4 MB; so do the
         # index builds of the attach at the default 64 MB.
         conn.execute("SET LOCAL work_mem = '256MB'")
@@ -113,7 +131,7 @@ def snapshot(conn: psycopg.Connection, campaign_id: int, audience: str) -> int:
         stmt = sql.SQL(query("snapshot_recipients")).format(
             audience=sql.SQL(audience), partition=table
         )
-        count = conn.execute(stmt, args).rowcount
+        count = conn.execute(stmt, snapshot_args).rowcount
         conn.execute(sql.SQL(query("count_snapshot")).format(partition=table), args)
         # Statistics before any worker plans against the new rows (they become visible
         # together at commit). Without them, the planner took record_results through every
@@ -213,7 +231,14 @@ def start_campaign(
                     query("committed_marketing_rate"), {"id": campaign_id}
                 ).fetchone()
                 committed = float(committed_row[0]) if committed_row else 0.0
-                effective = preflight(settings, template, float(rate), committed)
+                ab = VariantStore(conn).state(campaign_id)
+                effective = preflight(
+                    settings,
+                    template,
+                    float(rate),
+                    committed,
+                    tuple(v.template for v in ab.variants) if ab else (),
+                )
                 if effective != float(rate):
                     conn.execute(
                         "UPDATE campaigns SET rate_limit = %s WHERE id = %s",

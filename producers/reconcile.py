@@ -5,7 +5,9 @@ hold after any incident. Safe at any time, any number of times, concurrently:
 2. rows released without a send (`requeue`) → produced again (taking the flag is the claim);
 3. rows still `pending` although every doorbell has been consumed (stored offsets have reached
    the end of every partition) → produced again: their message is gone;
-4. nothing pending or sending → the campaign is `done`.
+4. an A/B test whose holdout wait is over → its winner is set and the holdout produced
+   (producers.ab_winner);
+5. nothing pending, sending or held → the campaign is `done`.
 
 Run by `flashsend campaign reconcile ID` and on a timer by every worker while a campaign is
 sending. Duplicate doorbells are harmless: claims are conditional.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -23,6 +26,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
+from producers.ab_winner import decide
 from producers.doorbells import DoorbellProducer
 from schemas import serde
 from schemas.doorbell import DOORBELL_BATCH_RECORDS, DoorbellWriter
@@ -38,6 +42,7 @@ class ReconcileResult:
     orphans: int
     done: bool
     skipped_locked: bool = False
+    winner: str | None = None  # the A/B winner this pass set (its holdout produced now)
 
     def as_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -133,6 +138,11 @@ class Reconciler:
         row = conn.execute(query("pending_count"), {"campaign_id": campaign_id}).fetchone()
         return (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)
 
+    def _held(self, conn: psycopg.Connection[Any], campaign_id: int) -> int:
+        """An A/B test's holdout waiting for its winner: the campaign is not done."""
+        row = conn.execute(query("pending_count"), {"campaign_id": campaign_id}).fetchone()
+        return int(row[3]) if row else 0
+
     def _expiry_due(self, campaign_id: int, lease: float) -> bool:
         """Expiring leases scans the campaign's rows, so a long-lived reconciler (the workers'
         timer) does it at most every quarter lease: a row is declared unknown between 1 and
@@ -185,7 +195,12 @@ class Reconciler:
         if sending and self._expiry_due(campaign_id, lease):
             expired = conn.execute(query("expire_leases"), {**params, "lease_s": lease}).rowcount
         requeued = orphans = 0
+        winner: str | None = None
         if status == "sending" and produced_at is not None:
+            decided = decide(conn, campaign_id, datetime.now(UTC))
+            if decided is not None and decided.won:
+                winner = decided.variant
+                flagged += decided.released
             rows = conn.execute(query("take_requeue"), params).fetchall() if flagged else []
             if rows:
                 try:
@@ -206,7 +221,7 @@ class Reconciler:
         done = False
         if status == "sending" and produced_at is not None:
             pending, sending, _ = self._counts(conn, campaign_id)
-            if pending == 0 and sending == 0:
+            if pending == 0 and sending == 0 and self._held(conn, campaign_id) == 0:
                 done = (
                     conn.execute(
                         query("set_campaign_status"),
@@ -219,7 +234,7 @@ class Reconciler:
                     ).rowcount
                     > 0
                 )
-        return ReconcileResult(campaign_id, expired, requeued, orphans, done)
+        return ReconcileResult(campaign_id, expired, requeued, orphans, done, winner=winner)
 
 
 def requeue_after_resume(settings: Settings, campaign_id: int) -> int:

@@ -42,7 +42,9 @@ class Progress:
 
     @property
     def finished(self) -> bool:
-        return self.row["pending"] == 0 and self.row["sending"] == 0 and self.total > 0
+        # An A/B test's holdout (`held`) waits for its winner: not finished.
+        r = self.row
+        return r["pending"] == 0 and r["sending"] == 0 and not r.get("held") and self.total > 0
 
     @property
     def send_rate(self) -> float:

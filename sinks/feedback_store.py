@@ -92,6 +92,8 @@ class FeedbackStore:
                 "counters": [e.counter for e in todo],
                 "suppress": [e.suppress_reason for e in todo],
                 "sources": [e.source_event for e in todo],
+                "variants": [e.variant for e in todo],
+                "variant_counters": [e.variant_counter for e in todo],
             },
         )
         row = await cur.fetchone()

@@ -50,6 +50,7 @@ class ClaimedRecipient:
     first_name: str | None
     attempt: int = 0  # the claim's `attempts`: its token in enter_call and record_results
     promo_code: str | None = None  # bound in the claim's transaction (campaigns with a pool)
+    variant: str | None = None  # an A/B test's variant: its template (LiveCampaign.template_for)
 
 
 # A recipient to claim: (Kafka offset of its doorbell, (campaign id, seq)).
@@ -84,6 +85,16 @@ class LiveCampaign:
     configuration_set: str | None
     name: str
     partition_weights: list[int] | None = None  # recipients per partition at first produce
+    variants: list[dict[str, Any]] | None = None  # an A/B test's [{name, template, percent}]
+
+    def template_for(self, variant: str | None) -> str:
+        """The template of a row's variant (the winner's for a released holdout row); the
+        campaign's own template for a row without one."""
+        if variant is not None:
+            for v in self.variants or ():
+                if v["name"] == variant:
+                    return str(v["template"])
+        return self.template
 
 
 @dataclass(frozen=True)
@@ -166,14 +177,16 @@ class RecipientStore:
                 codes, codeless = await self._bind_codes(conn, pooled, rows)
             claimed: list[ClaimedRecipient] = []
             skipped = 0
-            for cid, seq, user_id, email, first_name, status, attempt in rows:
+            for cid, seq, user_id, email, first_name, status, attempt, variant in rows:
                 if status == "sending":
                     if codes is None:
                         code = None
                     elif (code := codes.get((cid, seq))) is None and cid in codeless:
                         continue  # released: the pool had no code for it
                     claimed.append(
-                        ClaimedRecipient(cid, seq, user_id, email, first_name, attempt, code)
+                        ClaimedRecipient(
+                            cid, seq, user_id, email, first_name, attempt, code, variant
+                        )
                     )
                 elif status == "skipped":
                     skipped += 1

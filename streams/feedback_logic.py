@@ -48,6 +48,11 @@ COUNTERS = (
     "unsubscribed",
 )
 
+# What an A/B test counts per variant (campaign_variant_feedback), by SES event type; Open and
+# Click arrive only when the configuration set publishes them (FLASHSEND_SES_EVENT_TYPES).
+VARIANT_COUNTERS = ("delivered", "bounced", "complained", "opened", "clicked")
+_ENGAGEMENT = {"Open": "opened", "Click": "clicked"}
+
 
 @dataclass(frozen=True)
 class FeedbackEffect:
@@ -60,6 +65,8 @@ class FeedbackEffect:
     suppress_reason: str | None  # 'bounce' | 'complaint' | None
     source_event: str  # why, for email_suppressions.source_event (audits, support)
     proof: EventProof | None = None  # what the event proves about its campaign row
+    variant: str | None = None  # an A/B test's variant (the mail's `variant` tag)
+    variant_counter: str | None = None  # one of VARIANT_COUNTERS, or None
 
 
 def record_problem(schema: str, record: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -105,6 +112,13 @@ def ses_effect(record: Mapping[str, Any]) -> FeedbackEffect:
     if simulator:
         counter, suppress = None, None
     campaign = record.get("campaign_id")
+    tags = record.get("tags") or {}
+    variant = tags.get("variant") if campaign is not None else None
+    variant_counter = None
+    if variant is not None and not simulator:
+        variant_counter = _ENGAGEMENT.get(event_type) or (
+            counter if counter in VARIANT_COUNTERS else None
+        )
     return FeedbackEffect(
         event_id=str(record["event_id"]),
         email=email,
@@ -113,6 +127,8 @@ def ses_effect(record: Mapping[str, Any]) -> FeedbackEffect:
         suppress_reason=suppress,
         source_event=f"{what} ses:{record['ses_message_id']}"[:300],
         proof=proof_of(record),
+        variant=str(variant)[:64] if variant_counter else None,
+        variant_counter=variant_counter,
     )
 
 

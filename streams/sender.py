@@ -334,7 +334,9 @@ class Lane:
         rest: deque[ClaimedRecipient] = deque()
         while self._rows and len(call) < size:
             row = self._rows.popleft()
-            (call if row.campaign_id == first.campaign_id else rest).append(row)
+            # One template per SendBulkEmail: an A/B test's variants go in calls of their own.
+            same = row.campaign_id == first.campaign_id and row.variant == first.variant
+            (call if same else rest).append(row)
         self._requeue(list(rest))
         self._oldest_at = time.monotonic()  # the rows left behind start a new wait
         self._has_room.set()
@@ -492,6 +494,14 @@ def replacement_data(row: ClaimedRecipient) -> dict[str, Any]:
 def _refusal_reason(exc: SesCallFailed) -> str:
     """SES's code and message for an entry it refused (the message names the address)."""
     return f"{exc.code}: {exc.message}" if exc.message else str(exc.code)
+
+
+def _entry_tags(r: ClaimedRecipient) -> dict[str, str]:
+    """SES message tags: every event SES publishes for the mail carries them back (the
+    feedback agent finds the row by campaign + seq, an A/B test's counters by variant)."""
+    if r.variant is None:
+        return {"seq": str(r.seq)}
+    return {"seq": str(r.seq), "variant": r.variant}
 
 
 def _by_campaign(rows: Sequence[ClaimedRecipient]) -> dict[int, list[ClaimedRecipient]]:
@@ -1017,10 +1027,11 @@ class CampaignSender:
                 to=r.email,
                 replacement_data=replacement_data(r),
                 headers=self.headers_for(r),
-                tags={"seq": str(r.seq)},
+                tags=_entry_tags(r),
             )
             for r in rows
         ]
+        template = campaign.template_for(rows[0].variant) if rows else campaign.template
         seqs = [r.seq for r in rows]
         async with self._calls:
             self.stats["calls"] += 1
@@ -1031,7 +1042,7 @@ class CampaignSender:
                     self._executor,
                     lambda: self._timed_send_bulk(
                         from_address=campaign.from_address,
-                        template=campaign.template,
+                        template=template,
                         configuration_set=campaign.configuration_set,
                         entries=entries,
                         default_tags={"campaign": str(campaign.id)},

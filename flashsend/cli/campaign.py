@@ -16,11 +16,14 @@ from producers.campaign_ops import (
     DEFAULT_SUBJECT,
     DEFAULT_TEMPLATE,
     DEFAULT_TEXT,
+    AbTest,
     control_campaign,
     create_campaign,
 )
 from sinks.campaign_store import CampaignStore
 from sinks.promo_store import PromoCounts, PromoStore
+from sinks.variant_store import COUNTED, VariantStore, variants_summary
+from streams.ab_test import WINNER_BY, check_variants, parse_duration, parse_variant
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -47,7 +50,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     camp = sub.add_parser("campaign", help="create, start, watch and control campaigns")
     csub = camp.add_subparsers(dest="campaign_cmd", required=True, metavar="ACTION")
-    p = csub.add_parser("create", help="create a draft campaign (prints its id)")
+    p = csub.add_parser(
+        "create",
+        help="create a draft campaign (prints its id)",
+        description="A/B test, then the winner: give two or more "
+        "--variant NAME=TEMPLATE[:PERCENT]. Each user's variant is fixed at start by a hash "
+        "of the campaign and user ids; the "
+        "variants' shares (the test share) are sent first, the rest of the audience (the "
+        "holdout) is held. After --holdout-wait the variant with the best click (or open) rate "
+        "per delivered mail wins (a tie: the one given first) and the holdout gets its "
+        "template; `campaign promote ID VARIANT` picks the winner by hand at any time before. "
+        "Automatic winners need the SES Open/Click events: FLASHSEND_SES_EVENT_TYPES must "
+        "include them. Example: flashsend campaign create --name sale --variant A=sale_a:10 "
+        "--variant B=sale_b:10 --holdout-wait 2h --winner-by clicks",
+    )
     p.add_argument("--name", required=True, help="a name for people (shown by status/report)")
     p.add_argument(
         "--template",
@@ -76,7 +92,42 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--audience", default=None, help="SQL condition over users u (default: active and opted in)"
     )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=TEMPLATE[:PERCENT]",
+        help="an A/B test variant: its SES template and share of the audience in percent "
+        "(default 10); give at least two, shares adding up to at most 100",
+    )
+    p.add_argument(
+        "--holdout-wait",
+        default="2h",
+        metavar="DURATION",
+        help="how long after the snapshot the winner is chosen: 90s, 30m, 2h, 1h30m "
+        "(default %(default)s)",
+    )
+    p.add_argument(
+        "--winner-by",
+        choices=WINNER_BY,
+        default="clicks",
+        help="unique clicks or opens per delivered mail, or manual (only `campaign promote`); "
+        "default %(default)s",
+    )
     p.set_defaults(func=cmd_create)
+
+    p = csub.add_parser(
+        "promote",
+        help="make VARIANT the A/B test's winner now: the holdout gets its template",
+        description="Sets the winner whatever --winner-by says (before the automatic choice; "
+        "once a winner is set it stays). A sending campaign's holdout is produced before the "
+        "command returns; a paused one's on resume. Safe to run twice or from two terminals: "
+        "one statement sets the winner only while there is none. "
+        "Example: flashsend campaign promote 42 B",
+    )
+    p.add_argument("id", type=int, help="campaign id")
+    p.add_argument("variant", help="the variant's NAME")
+    p.set_defaults(func=cmd_promote)
 
     p = csub.add_parser(
         "start",
@@ -162,6 +213,13 @@ def cmd_template_put(args: argparse.Namespace) -> int:
 
 def cmd_create(args: argparse.Namespace) -> int:
     settings = load_settings()
+    ab = None
+    if args.variant:
+        ab = AbTest(
+            variants=check_variants([parse_variant(v) for v in args.variant]),
+            holdout_wait_s=parse_duration(args.holdout_wait),
+            winner_by=args.winner_by,
+        )
     cid = create_campaign(
         settings,
         name=args.name,
@@ -170,8 +228,16 @@ def cmd_create(args: argparse.Namespace) -> int:
         from_address=args.from_address,
         configuration_set=args.configuration_set,
         audience=args.audience,
+        ab=ab,
     )
     print(cid)
+    return 0
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    from producers.campaign_ops import promote
+
+    print(promote(load_settings(), args.id, args.variant))
     return 0
 
 
@@ -203,7 +269,8 @@ def format_status(p: Any, promo: PromoCounts | None = None) -> str:
         f"{' (' + p['reason'] + ')' if p['reason'] else ''}\n"
         f"  recipients {p.total:,}  sent {p['sent']:,}  pending {p['pending']:,}  "
         f"sending {p['sending']:,}  failed {p['failed']:,}  unknown {p['unknown']:,}  "
-        f"skipped {p['skipped']:,}{_set_aside(p)}  cancelled {p['cancelled']:,}\n"
+        f"skipped {p['skipped']:,}{_set_aside(p)}  cancelled {p['cancelled']:,}"
+        f"{'  held ' + format(p['held'], ',') if p['held'] else ''}\n"
         f"  rate {rate:,.0f}/s (limit {p['rate_limit'] or 'unlimited'})  ETA {eta}"
         + (
             f"\n  promo codes issued {promo.issued:,}  left {promo.left:,}"
@@ -211,6 +278,22 @@ def format_status(p: Any, promo: PromoCounts | None = None) -> str:
             else ""
         )
     )
+
+
+def format_variants(ab: dict[str, Any] | None) -> str:
+    """The A/B test's lines of status and report ('' for a campaign without variants)."""
+    if ab is None:
+        return ""
+    winner = (
+        f"winner {ab['winner']} ({ab['winner_reason']})"
+        if ab["winner"]
+        else f"no winner yet (by {ab['winner_by']}, {ab['holdout_wait_s']:g}s after the snapshot)"
+    )
+    lines = [f"  A/B test: {winner}"]
+    for v in ab["variants"]:
+        figures = "  ".join(f"{k} {v[k]:,}" for k in COUNTED)
+        lines.append(f"    {v['name']:<8} {v['template']:<20} {v['percent']:>6g}%  {figures}")
+    return "\n" + "\n".join(lines)
 
 
 def _set_aside(p: Any) -> str:
@@ -230,11 +313,22 @@ def cmd_status(args: argparse.Namespace) -> int:
             progress = store.progress(args.id)
             promo = PromoStore(conn).counts(args.id)
             query_ms = (time.perf_counter() - began) * 1000
+            ab = variants_summary(VariantStore(conn), args.id)
             if args.json:
-                out = {**progress.as_dict(), **(promo.as_dict() if promo else {})}
-                print(json.dumps({**out, "query_ms": round(query_ms, 1)}, default=str))
+                out = {
+                    **progress.as_dict(),
+                    **(promo.as_dict() if promo else {}),
+                    "query_ms": round(query_ms, 1),
+                }
+                if ab is not None:
+                    out["ab_test"] = ab
+                print(json.dumps(out, default=str))
             else:
-                print(format_status(progress, promo) + f"  (query {query_ms:.0f} ms)")
+                print(
+                    format_status(progress, promo)
+                    + f"  (query {query_ms:.0f} ms)"
+                    + format_variants(ab)
+                )
             if not args.watch or progress.finished or progress["status"] in ("cancelled", "done"):
                 return 0
             time.sleep(2)

@@ -18,7 +18,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "Needs the stack: run `flashsend up` first (make demo does). With --json the summary "
         "is printed also when the run fails or is interrupted (Ctrl-C, SIGTERM), with an "
         "`error` field; a campaign left unfinished (failure, --timeout) is cancelled. "
-        "Example: flashsend demo --users 60000 --rate 777 --json",
+        "With --variants N the campaign is an A/B test: N templates (flash_sale_A, _B, …), "
+        "10 % of the audience each, the rest held; once the test share is sent and "
+        "--holdout-wait has passed, the demo promotes the winner (by clicks counted so far; "
+        "a tie goes to A) and the rest gets its template. The summary then has `variants` "
+        "(per-variant sent, delivered, bounced, complained, opened, clicked) and `winner`. "
+        "Example: flashsend demo --users 60000 --rate 777 --json; "
+        "flashsend demo --users 20000 --rate 0 --variants 2 --json",
     )
     p.add_argument("--users", type=int, default=1_000_000, help="users to seed (default 1M)")
     p.add_argument(
@@ -28,6 +34,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="campaign limit in recipients/s; 0 = unlimited (default)",
     )
     p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    p.add_argument(
+        "--variants",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run an A/B test of N variants, 10 %% each (default: none)",
+    )
+    p.add_argument(
+        "--holdout-wait",
+        default="5s",
+        metavar="DURATION",
+        help="with --variants: wait this long after the snapshot before promoting the "
+        "winner (default %(default)s)",
+    )
     p.add_argument(
         "--timeout",
         type=float,
@@ -52,6 +72,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     from flashsend.lab.demo import DemoOptions, run_demo
     from flashsend.lab.run import sigterm_interrupts
+    from streams.ab_test import parse_duration
 
     settings = load_settings()
     with sigterm_interrupts():
@@ -63,6 +84,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 workers=args.workers,
                 timeout_s=args.timeout,
                 promo_codes=args.promo_codes,
+                variants=args.variants,
+                holdout_wait_s=parse_duration(args.holdout_wait),
             ),
         )
     if args.json:
@@ -75,6 +98,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         "error" not in summary
         and summary.get("pending") == 0
         and summary.get("sending") == 0
+        and not summary.get("held")
         and summary.get("duplicates") in (0, None)
         and summary.get("promo_codes_unique", True) is True
     )

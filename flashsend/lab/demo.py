@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 
-from flashsend.errors import FlashsendError
+from flashsend.errors import FlashsendError, UsageError
 from flashsend.lab.run import StartedCampaigns, error_text, finish_run
 from flashsend.lab.workers import WorkerPool, wait_joined
 from flashsend.progress import ProgressLine
@@ -25,12 +26,16 @@ from producers.campaign_ops import (
     PROMO_SUBJECT,
     PROMO_TEMPLATE,
     PROMO_TEXT,
+    AbTest,
     create_campaign,
+    promote,
 )
 from sinks.campaign_store import SETTLED, CampaignStore
 from sinks.promo_store import PromoStore
 from sinks.ses import SesSender, make_client
 from sinks.users import seed_users
+from sinks.variant_store import VariantStore, variants_summary
+from streams.ab_test import Variant, choose_winner, winner_due
 
 PROGRESS_POLL_S = 2.0  # the progress line's refresh
 # A recipient's statuses, each counted in the summary.
@@ -45,6 +50,55 @@ class DemoOptions:
     timeout_s: float = 1800.0
     show_progress: bool = True
     promo_codes: bool = False  # a pool of one code per user, {{promo_code}} in the template
+    variants: int = 0  # an A/B test of this many variants (0: none)
+    holdout_wait_s: float = 5.0
+
+
+# The demo's A/B test: each variant 10 % of the audience, its own template (the subject
+# differs); the demo itself decides (winner by manual), see `DemoAbTest`.
+VARIANT_PERCENT = 10.0
+
+
+def demo_ab_test(options: DemoOptions) -> AbTest | None:
+    if not options.variants:
+        return None
+    if not 2 <= options.variants <= 10:
+        raise UsageError("--variants takes 2 to 10 (each variant gets 10 % of the audience)")
+    names = [chr(ord("A") + i) for i in range(options.variants)]
+    return AbTest(
+        variants=[Variant(n, f"{DEFAULT_TEMPLATE}_{n}", VARIANT_PERCENT) for n in names],
+        holdout_wait_s=options.holdout_wait_s,
+        winner_by="manual",
+    )
+
+
+class DemoAbTest:
+    """The demo's decider: once the test share is settled (nothing pending or sending, the
+    holdout held) and the holdout wait is over, it promotes the variant `choose_winner` picks
+    by clicks from the counters the feedback worker keeps (with no feedback worker, or no
+    Click events published, every variant ties at 0 and the first one wins), exactly as
+    `flashsend campaign promote` would."""
+
+    def __init__(self, settings: Settings, campaign_id: int, log: Any) -> None:
+        self.settings = settings
+        self.campaign_id = campaign_id
+        self.log = log
+        self.promoted: str | None = None
+
+    def tick(self, conn: psycopg.Connection[Any], progress: Any) -> None:
+        if self.promoted or progress["status"] != "sending" or not progress["held"]:
+            return
+        if progress["pending"] or progress["sending"]:
+            return
+        store = VariantStore(conn)
+        state = store.state(self.campaign_id)
+        if state is None or not winner_due(
+            state.snapshot_done_at, state.holdout_wait_s, datetime.now(UTC)
+        ):
+            return
+        winner, _why = choose_winner(store.counts(state), "clicks")
+        self.log("\n" + promote(self.settings, self.campaign_id, winner))
+        self.promoted = winner
 
 
 def ensure_users(settings: Settings, wanted: int) -> float:
@@ -124,15 +178,17 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
         seed_s = ensure_users(settings, options.users)
         if seed_s:
             log(f"seeded users in {seed_s:.1f}s")
-        SesSender(make_client(settings, timeout=10)).put_template(
-            DEFAULT_TEMPLATE, DEFAULT_SUBJECT, DEFAULT_HTML, DEFAULT_TEXT
-        )
+        ses = SesSender(make_client(settings, timeout=10))
+        ses.put_template(DEFAULT_TEMPLATE, DEFAULT_SUBJECT, DEFAULT_HTML, DEFAULT_TEXT)
         template = DEFAULT_TEMPLATE
+        body = (DEFAULT_SUBJECT, DEFAULT_HTML, DEFAULT_TEXT)
         if options.promo_codes:
-            SesSender(make_client(settings, timeout=10)).put_template(
-                PROMO_TEMPLATE, PROMO_SUBJECT, PROMO_HTML, PROMO_TEXT
-            )
+            ses.put_template(PROMO_TEMPLATE, PROMO_SUBJECT, PROMO_HTML, PROMO_TEXT)
             template = PROMO_TEMPLATE
+            body = (PROMO_SUBJECT, PROMO_HTML, PROMO_TEXT)
+        ab = demo_ab_test(options)
+        for v in ab.variants if ab else ():
+            ses.put_template(v.template, f"[{v.name}] {body[0]}", body[1], body[2])
         # The audience is the first N users, so --users means the same on a bigger database.
         audience = f"({settings.audience_condition}) AND u.id <= {int(options.users)}"
         campaign_id = started.add(
@@ -142,6 +198,7 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
                 template=template,
                 rate=options.rate,
                 audience=audience,
+                ab=ab,
             )
         )
         summary["campaign_id"] = campaign_id
@@ -149,6 +206,7 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
             pool_began = time.monotonic()
             create_pool(settings, campaign_id, options.users)  # the audience is at most that
             log(f"promo pool: {options.users:,} codes in {time.monotonic() - pool_began:.1f}s")
+        decider = DemoAbTest(settings, campaign_id, log) if ab else None
         pool.start(options.workers)
         # Started together, the workers would rebalance in the campaign's first seconds (a
         # moved partition holds its sends a second): the figures are the steady state's.
@@ -172,7 +230,7 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
         )
         summary["snapshot_s"] = round(start.snapshot_s, 2)
         summary["produce_s"] = round(start.produce_s, 2)
-        wait_until_finished(settings, campaign_id, pool, options, began)
+        wait_until_finished(settings, campaign_id, pool, options, began, decider)
     except (Exception, KeyboardInterrupt) as exc:
         failure = exc
     finally:
@@ -208,8 +266,19 @@ def _final_counts(
         if options is not None and options.promo_codes
         else {}
     )
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        ab = variants_summary(VariantStore(conn), campaign_id)
+    extra: dict[str, Any] = {}
+    if ab is not None:
+        extra = {
+            "variants": ab["variants"],
+            "winner": ab["winner"],
+            "winner_reason": ab["winner_reason"],
+            "held": progress["held"],
+        }
     return {
         **promo,
+        **extra,
         "recipients": progress.total,
         **{status: progress[status] for status in STATUSES},
         "duplicates": stats.get("duplicates"),
@@ -221,13 +290,20 @@ def _final_counts(
 
 
 def wait_until_finished(
-    settings: Settings, campaign_id: int, pool: WorkerPool, options: DemoOptions, began: float
+    settings: Settings,
+    campaign_id: int,
+    pool: WorkerPool,
+    options: DemoOptions,
+    began: float,
+    decider: DemoAbTest | None = None,
 ) -> Any:
     bar = ProgressLine(f"campaign {campaign_id} send   ") if options.show_progress else None
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         store = CampaignStore(conn)
         while True:
             progress = store.progress(campaign_id)
+            if decider is not None:
+                decider.tick(conn, progress)
             pool.sample_rss()
             if bar:
                 bar.update(

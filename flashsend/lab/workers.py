@@ -166,7 +166,7 @@ def wait_joined(settings: Settings, members: int, timeout: float = 60.0) -> floa
         try:
             [future] = admin.describe_consumer_groups([settings.app_id]).values()
             group = future.result(timeout=5)
-        except KafkaException:
+        except (KafkaException, TimeoutError):  # the future's timeout: a broker still starting
             group = None
         if (
             group is not None

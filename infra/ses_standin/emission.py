@@ -16,6 +16,8 @@ after its retry window.
 | DELETE /_admin/subscriptions/{id}             | unsubscribe                                  |
 | GET/POST /_admin/feedback/rates               | bounce/complaint… shares, per configuration  |
 |                                               | set (`configuration_set`, default `*`)       |
+| GET/POST /_admin/feedback/engagement          | open/click shares per template (`template`,  |
+|                                               | default `*`): Open and Click events          |
 | GET  /_admin/feedback?campaign=C              | addresses given each outcome, per campaign   |
 | GET  /?Action=ConfirmSubscription&…           | the SubscribeURL (as on sns.<region>…)       |
 | GET  /?Action=Unsubscribe&SubscriptionArn=…   | the UnsubscribeURL of every notification     |
@@ -41,7 +43,9 @@ from aiohttp import web
 from infra.ses_standin.errors import BadRequest
 from infra.ses_standin.feedback_plan import (
     DELIVERED,
+    Engagement,
     FeedbackRates,
+    engagement_of,
     message_rejected,
     recipient_outcome,
 )
@@ -78,6 +82,7 @@ class EventEmission:
         self.resume_backlog = resume_backlog
         self.subscriptions = SubscriptionStore(state_dir / "subscriptions.json")
         self.rates: dict[str, FeedbackRates] = {ALL: FeedbackRates()}
+        self.engagement: dict[str, Engagement] = {ALL: Engagement()}  # by template
         self.base_url = ""
         self.injected: dict[str, dict[str, list[str]]] = {}
         self.counts: dict[str, dict[str, int]] = {}
@@ -101,18 +106,28 @@ class EventEmission:
             return
         rates = self.rates.get(configuration_set or "", self.rates[ALL])
         campaign = str((record.get("tags") or {}).get("campaign", ""))
+        template = str(record.get("template") or "")
+        engagement = self.engagement.get(template, self.engagement[ALL])
         plan = []
+        engaged: dict[str, str] = {}
         for given in (*record["destination"], *record.get("cc", ()), *record.get("bcc", ())):
             outcome = recipient_outcome(_key(given), rates)
             plan.append((given, outcome))
             self._remember(campaign, outcome, _key(given))
+            how = engagement_of(_key(given), outcome, template, engagement, rates.salt)
+            if how is not None:
+                engaged[given] = how
+                self._remember(campaign, f"{how}:{template}", _key(given))
         if len(self._buffer) >= MAX_BUFFER:
             self.dropped += 1
             return
         rejected = message_rejected(record["message_id"], rates)
         if rejected:
             self._remember(campaign, "rejected", record["message_id"])
-        self._buffer.append({"record": record, "plan": plan, "rejected": rejected, "subs": subs})
+        item = {"record": record, "plan": plan, "rejected": rejected, "subs": subs}
+        if engaged:
+            item["engaged"] = engaged
+        self._buffer.append(item)
         self.planned += 1
         if len(self._buffer) >= 500:
             self._wake.set()
@@ -254,6 +269,8 @@ class EventEmission:
         router.add_delete("/_admin/subscriptions/{id}", self.unsubscribe)
         router.add_get("/_admin/feedback/rates", self.get_rates)
         router.add_post("/_admin/feedback/rates", self.set_rates)
+        router.add_get("/_admin/feedback/engagement", self.get_engagement)
+        router.add_post("/_admin/feedback/engagement", self.set_engagement)
         router.add_get("/_admin/feedback", self.feedback)
         router.add_get("/", self.sns_action)
         router.add_get("/_sns/{name}", self.certificate)
@@ -325,6 +342,25 @@ class EventEmission:
         except ValueError as exc:
             return web.json_response({"error": str(exc)}, status=400)
         return web.json_response({"configuration_set": scope, **self.rates[scope].to_dict()})
+
+    async def get_engagement(self, request: web.Request) -> web.Response:
+        return web.json_response({k: v.to_dict() for k, v in self.engagement.items()})
+
+    async def set_engagement(self, request: web.Request) -> web.Response:
+        """`{"template": "sale_b", "p_open": 0.4, "p_click": 0.1}`; without `template`, every
+        template that has no setting of its own; `{"clear": true}` forgets them all."""
+        try:
+            body = json.loads(await request.read() or b"{}")
+            if not isinstance(body, dict):
+                raise ValueError("body must be a JSON object")
+            if body.pop("clear", False):
+                self.engagement = {ALL: Engagement()}
+                return web.json_response({"cleared": True})
+            template = str(body.pop("template", None) or ALL)
+            self.engagement[template] = Engagement.parse(body)
+        except ValueError as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        return web.json_response({"template": template, **self.engagement[template].to_dict()})
 
     async def feedback(self, request: web.Request) -> web.Response:
         campaign = request.query.get("campaign", "")

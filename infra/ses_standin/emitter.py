@@ -173,6 +173,7 @@ class Emitter:
             now=now,
             region=self.region,
             wanted=wanted,
+            engaged=item.get("engaged"),
         ):
             body = _dumps(event)
             for sub in targets:

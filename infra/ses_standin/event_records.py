@@ -10,7 +10,7 @@ path finds the campaign.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from email.utils import parseaddr
 from typing import Any
@@ -20,6 +20,7 @@ from infra.ses_standin.feedback_plan import (
     OOTO,
     SOFT_BOUNCE,
     SUPPRESSED,
+    engagement_types,
     event_types_for,
 )
 
@@ -158,16 +159,41 @@ def _recipient_event(
                 "reportingMTA": REPORTING_MTA,
             }
         }
+    if event_type == "Open":
+        return {"open": {"ipAddress": "198.51.100.77", "timestamp": stamp, "userAgent": _AGENT}}
+    if event_type == "Click":
+        return {
+            "click": {
+                "ipAddress": "198.51.100.77",
+                "link": "https://shop.example.com/flash-sale",
+                "linkTags": {},
+                "timestamp": stamp,
+                "userAgent": _AGENT,
+            }
+        }
     raise ValueError(f"no recipient event {event_type}")
 
 
-def event_types(plan: Plan, *, rejected: bool, rendering_failure: bool) -> list[str]:
+_AGENT = "Mozilla/5.0 (flashsend stand-in engagement)"
+
+
+def event_types(
+    plan: Plan,
+    *,
+    rejected: bool,
+    rendering_failure: bool,
+    engaged: Mapping[str, str] | None = None,
+) -> list[str]:
     """The event types of one accepted message, in order (what `build_events` builds)."""
     if rejected:
         return ["Send", "Reject"]
     if rendering_failure:
         return ["Send", "Rendering Failure"]
-    return ["Send", *(t for _address, outcome in plan for t in event_types_for(outcome))]
+    return [
+        "Send",
+        *(t for _address, outcome in plan for t in event_types_for(outcome)),
+        *(t for e in (engaged or {}).values() for t in engagement_types(e)),
+    ]
 
 
 def build_events(
@@ -178,15 +204,18 @@ def build_events(
     now: datetime,
     region: str = "us-east-1",
     wanted: Collection[str] | None = None,
+    engaged: Mapping[str, str] | None = None,
 ) -> list[tuple[str, Event]]:
     """The events of one accepted message, in the order SES would publish them; only the
-    types in `wanted` (None: all) are built — an event destination's matching types."""
+    types in `wanted` (None: all) are built — an event destination's matching types.
+    `engaged` maps a recipient (as given) to its engagement (feedback_plan.engagement_of):
+    its Open / Click events come after every delivery event of the message."""
 
     def want(event_type: str) -> bool:
         return wanted is None or event_type in wanted
 
     events: list[tuple[str, Event]] = []
-    if not any(want(t) for t in _possible_types(plan, record, rejected)):
+    if not any(want(t) for t in _possible_types(plan, record, rejected, engaged)):
         return events
     mail = mail_object(record, region)
     if want("Send"):
@@ -216,10 +245,26 @@ def build_events(
             event = {"eventType": event_type, "mail": mail}
             event.update(_recipient_event(event_type, outcome, address, mail, now, n))
             events.append((event_type, event))
+    outcomes = dict(plan)
+    for address, engagement in (engaged or {}).items():
+        for event_type in engagement_types(engagement):
+            n += 1
+            if not want(event_type):
+                continue
+            event = {"eventType": event_type, "mail": mail}
+            event.update(
+                _recipient_event(event_type, outcomes.get(address, ""), address, mail, now, n)
+            )
+            events.append((event_type, event))
     return events
 
 
-def _possible_types(plan: Plan, record: dict[str, Any], rejected: bool) -> list[str]:
+def _possible_types(
+    plan: Plan, record: dict[str, Any], rejected: bool, engaged: Mapping[str, str] | None
+) -> list[str]:
     return event_types(
-        plan, rejected=rejected, rendering_failure=bool(record.get("rendering_failure"))
+        plan,
+        rejected=rejected,
+        rendering_failure=bool(record.get("rendering_failure")),
+        engaged=engaged,
     )

@@ -95,3 +95,11 @@ class SesEventsAdmin(SesStandinAdmin):
 
     def feedback(self, campaign: str) -> dict[str, Any]:
         return cast(dict[str, Any], self._call("GET", "/_admin/feedback", {"campaign": campaign}))
+
+    def set_engagement(
+        self, template: str | None = None, *, p_open: float = 0.0, p_click: float = 0.0
+    ) -> dict[str, Any]:
+        """Open/click shares for messages of `template` (None: every other template); the
+        campaign's `feedback` counts them under `open:<template>` and `click:<template>`."""
+        body = {"template": template, "p_open": p_open, "p_click": p_click}
+        return cast(dict[str, Any], self._call("POST", "/_admin/feedback/engagement", body=body))

@@ -16,6 +16,11 @@ Every other address gets an outcome drawn from `FeedbackRates` by hashing the ad
 salt, not by a random draw per message: a mailbox that does not exist bounces every time it is
 mailed, and a load test can tell exactly which addresses were made to bounce or complain.
 `p_reject` is per message (content: SES found a virus), drawn from the message id.
+
+Engagement (Open, Click events) is drawn the same way, per (template, address), from the
+`Engagement` set for the message's template (else the one for `*`): a template that makes
+people click makes the same people click every time, so a test can make one variant of an
+A/B test win. A click implies an open; only a delivered mail is opened.
 """
 
 from __future__ import annotations
@@ -132,3 +137,53 @@ def event_types_for(outcome: str) -> tuple[str, ...]:
         OOTO: ("Delivery", "Bounce"),
         SUPPRESSED: ("Bounce",),
     }[outcome]
+
+
+OPENED = "open"
+CLICKED = "click"
+# Outcomes whose mail reaches the mailbox (and so can be opened).
+_DELIVERED_OUTCOMES = frozenset({DELIVERED, COMPLAINT, DELAY, OOTO})
+
+
+@dataclass(frozen=True, slots=True)
+class Engagement:
+    """Shares of delivered recipients of one template who open / click the mail."""
+
+    p_open: float = 0.0
+    p_click: float = 0.0
+
+    @classmethod
+    def parse(cls, body: Mapping[str, Any]) -> Engagement:
+        """From `{"p_open": x, "p_click": y}`; ValueError names the first bad key or value."""
+        values: dict[str, float] = {}
+        for key, raw in body.items():
+            if key not in ("p_open", "p_click"):
+                raise ValueError(f"unknown engagement setting {key!r}; known: p_open, p_click")
+            if isinstance(raw, bool) or not isinstance(raw, int | float):
+                raise ValueError(f"{key} must be a number")
+            if not 0.0 <= float(raw) <= 1.0:
+                raise ValueError(f"{key} must be a probability in [0, 1]")
+            values[key] = float(raw)
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def engagement_of(
+    address_key: str, outcome: str, template: str, engagement: Engagement, salt: str = ""
+) -> str | None:
+    """CLICKED, OPENED or None for one recipient of a message of `template`."""
+    if outcome not in _DELIVERED_OUTCOMES or not (engagement.p_open or engagement.p_click):
+        return None
+    u = _unit(f"{salt}|engage|{template}|{address_key}")
+    if u < engagement.p_click:
+        return CLICKED
+    if u < max(engagement.p_open, engagement.p_click):
+        return OPENED
+    return None
+
+
+def engagement_types(engaged: str) -> tuple[str, ...]:
+    """SES event types of one recipient's engagement, in order."""
+    return ("Open", "Click") if engaged == CLICKED else ("Open",)

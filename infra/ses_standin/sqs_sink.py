@@ -54,7 +54,7 @@ from infra.ses_standin.feedback_plan import (
 )
 from infra.ses_standin.journal import Record
 from infra.ses_standin.recipients import parse_address
-from infra.ses_standin.subscriptions import EVENT_TYPES
+from infra.ses_standin.subscriptions import EVENT_TYPES as SNS_EVENT_TYPES
 
 log = logging.getLogger("infra.ses_standin.sqs_sink")
 
@@ -63,6 +63,8 @@ MAX_BUFFER = 200_000  # messages waiting for the child; beyond, dropped (and cou
 MAX_PENDING = 500_000  # events in the child not yet accepted by SQS; beyond, dropped
 MAX_LISTED = 200_000  # addresses remembered per campaign and outcome
 SEND_THREADS = 4
+# This path plans no engagement (Open/Click come only by the SNS path, emission.py).
+EVENT_TYPES = tuple(t for t in SNS_EVENT_TYPES if t not in ("Open", "Click"))
 STATS_LINE_LIMIT = 16 * 1024 * 1024
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 

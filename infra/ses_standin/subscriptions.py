@@ -28,6 +28,8 @@ EVENT_TYPES = (
     "Reject",
     "DeliveryDelay",
     "Rendering Failure",
+    "Open",
+    "Click",
 )
 _TOPIC_PREFIX = "arn:aws:sns:"
 

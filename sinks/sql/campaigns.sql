@@ -38,7 +38,7 @@ UPDATE campaigns
 -- Polled by every worker a few times a second: tiny table. Recently finished campaigns are
 -- included so a lane holding rows of a just-cancelled campaign releases them as cancelled.
 SELECT id, status, rate_limit, template, from_address, configuration_set, name,
-       partition_weights
+       partition_weights, variants
   FROM campaigns
  WHERE status IN ('sending', 'paused', 'snapshotting')
     OR (status IN ('cancelled', 'done', 'failed') AND updated_at > now() - interval '1 hour');
@@ -72,7 +72,7 @@ SELECT c.id, c.name, c.status, c.reason, c.rate_limit, c.recipients, c.started_a
        c.snapshot_done_at, c.produced_at, c.paused_at, c.finished_at,
        c.duplicate_addresses, c.invalid_addresses,
        extract(epoch FROM now() - c.started_at) AS elapsed_s,
-       p.pending, p.sending, p.sent, p.failed, p.unknown, p.skipped, p.cancelled,
+       p.pending, p.sending, p.sent, p.failed, p.unknown, p.skipped, p.cancelled, p.held,
        extract(epoch FROM p.first_sent_at) AS first_sent_epoch,
        extract(epoch FROM p.last_sent_at) AS last_sent_epoch
   FROM campaigns c,
@@ -84,6 +84,7 @@ SELECT c.id, c.name, c.status, c.reason, c.rate_limit, c.recipients, c.started_a
                 coalesce(sum(n) FILTER (WHERE status = 'unknown'), 0)::bigint   AS unknown,
                 coalesce(sum(n) FILTER (WHERE status = 'skipped'), 0)::bigint   AS skipped,
                 coalesce(sum(n) FILTER (WHERE status = 'cancelled'), 0)::bigint AS cancelled,
+                coalesce(sum(n) FILTER (WHERE status = 'held'), 0)::bigint      AS held,
                 min(first_sent_at) AS first_sent_at,
                 max(last_sent_at) AS last_sent_at
            FROM campaign_status_counts k WHERE k.campaign_id = c.id
@@ -91,10 +92,12 @@ SELECT c.id, c.name, c.status, c.reason, c.rate_limit, c.recipients, c.started_a
  WHERE c.id = %(id)s;
 
 -- name: cancel_pending
--- Cancel: every still-pending recipient becomes cancelled in one statement; rows in flight
--- ('sending') are finished by their lane, which sees the cancelled campaign and releases them.
+-- Cancel: every still-pending recipient, and an A/B test's holdout still `held`, becomes
+-- cancelled in one statement; rows in flight ('sending') are finished by their lane, which
+-- sees the cancelled campaign and releases them. set_winner releases `held` rows only while
+-- the campaign is sending or paused, so after the cancel none comes back.
 UPDATE campaign_recipients SET status = 'cancelled', reason = 'campaign_cancelled', requeue = false
- WHERE campaign_id = %(id)s AND status = 'pending';
+ WHERE campaign_id = %(id)s AND status IN ('pending', 'held');
 
 -- name: report_reasons
 SELECT status, coalesce(reason, '') AS reason, count(*) AS n FROM campaign_recipients

@@ -10,8 +10,9 @@
 WITH ev AS (
     SELECT DISTINCT ON (event_id) *
       FROM unnest(%(event_ids)s::uuid[], %(emails)s::text[], %(campaign_ids)s::bigint[],
-                  %(counters)s::text[], %(suppress)s::text[], %(sources)s::text[])
-           AS e(event_id, email, campaign_id, counter, suppress, source)
+                  %(counters)s::text[], %(suppress)s::text[], %(sources)s::text[],
+                  %(variants)s::text[], %(variant_counters)s::text[])
+           AS e(event_id, email, campaign_id, counter, suppress, source, variant, variant_counter)
      ORDER BY event_id
 ), fresh AS (
     INSERT INTO feedback_seen (event_id)
@@ -57,6 +58,29 @@ WITH ev AS (
            unsubscribed = f.unsubscribed + excluded.unsubscribed,
            updated_at = now()
     RETURNING f.*
+), variant_counted AS (
+    -- An A/B test's counters per variant (the mail's `variant` tag), in (campaign, variant)
+    -- order like the campaign counters. Runs whether or not the result reads it.
+    INSERT INTO campaign_variant_feedback AS v
+           (campaign_id, variant, delivered, bounced, complained, opened, clicked)
+    SELECT n.campaign_id, n.variant,
+           count(*) FILTER (WHERE variant_counter = 'delivered'),
+           count(*) FILTER (WHERE variant_counter = 'bounced'),
+           count(*) FILTER (WHERE variant_counter = 'complained'),
+           count(*) FILTER (WHERE variant_counter = 'opened'),
+           count(*) FILTER (WHERE variant_counter = 'clicked')
+      FROM new_ev n JOIN campaigns c ON c.id = n.campaign_id
+     WHERE n.variant IS NOT NULL AND n.variant_counter IS NOT NULL
+     GROUP BY n.campaign_id, n.variant
+     ORDER BY n.campaign_id, n.variant
+    ON CONFLICT (campaign_id, variant) DO UPDATE
+       SET delivered = v.delivered + excluded.delivered,
+           bounced = v.bounced + excluded.bounced,
+           complained = v.complained + excluded.complained,
+           opened = v.opened + excluded.opened,
+           clicked = v.clicked + excluded.clicked,
+           updated_at = now()
+    RETURNING v.campaign_id
 )
 SELECT (SELECT count(*) FROM fresh) AS fresh,
        (SELECT count(*) FROM suppressed) AS suppressed,

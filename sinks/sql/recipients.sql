@@ -14,13 +14,29 @@
 -- sql.format: braces doubled). {partition} is the campaign's own table, not yet attached and
 -- without indexes (sinks/recipient_partitions.py): the parent's counter trigger does not see
 -- these rows, so count_snapshot records them.
-INSERT INTO {partition} (campaign_id, seq, user_id, email, status, reason)
+-- A/B test (streams/ab_test.py): with variant_names (and their cumulative variant_bounds
+-- in basis points) each user's variant is the first whose bound exceeds the user's bucket,
+-- md5("<campaign>:<user>") mod 10,000 (ab_test.assignment_bucket is the twin); a user in no
+-- variant is `held` until a winner is set. Without variants (NULL) the CASE never computes
+-- the bucket.
+INSERT INTO {partition} (campaign_id, seq, user_id, email, status, reason, variant)
 SELECT %(campaign_id)s, row_number() OVER (ORDER BY a.id), a.id, a.email,
-       CASE WHEN a.email_ok AND a.nth = 1 THEN 'pending' ELSE 'skipped' END,
+       CASE WHEN NOT (a.email_ok AND a.nth = 1) THEN 'skipped'
+            WHEN %(variant_names)s::text[] IS NOT NULL AND a.variant IS NULL THEN 'held'
+            ELSE 'pending' END,
        CASE WHEN NOT a.email_ok THEN 'invalid_email'
-            WHEN a.nth > 1 THEN 'duplicate_address' END
+            WHEN a.nth > 1 THEN 'duplicate_address' END,
+       a.variant
   FROM (SELECT u.id, u.email, u.email_ok,
-               row_number() OVER (PARTITION BY u.email_key ORDER BY u.email_ok DESC, u.id) AS nth
+               row_number() OVER (PARTITION BY u.email_key ORDER BY u.email_ok DESC, u.id) AS nth,
+               CASE WHEN %(variant_names)s::text[] IS NOT NULL THEN
+                 (SELECT v.name
+                    FROM unnest(%(variant_names)s::text[], %(variant_bounds)s::int[])
+                         AS v(name, upper)
+                   WHERE ('x' || left(md5(%(campaign_id)s::bigint::text || ':' || u.id::text), 8))
+                         ::bit(32)::bigint %% 10000 < v.upper
+                   ORDER BY v.upper LIMIT 1)
+               END AS variant
           FROM users u
          WHERE ({audience})
            AND NOT EXISTS (SELECT 1 FROM email_suppressions s WHERE s.email = u.email_key)) a;
@@ -93,7 +109,8 @@ UPDATE campaign_recipients r
   FROM cand
  WHERE r.campaign_id = cand.campaign_id AND r.seq = cand.seq AND r.status = 'pending'
    AND r.campaign_id = ANY(%(campaigns)s::bigint[])
-RETURNING r.campaign_id, r.seq, r.user_id, r.email, cand.first_name, r.status, r.attempts;
+RETURNING r.campaign_id, r.seq, r.user_id, r.email, cand.first_name, r.status, r.attempts,
+          r.variant;
 
 -- name: own_partition
 -- Whether the campaign's rows are in a partition of its own that carries the counter trigger
@@ -142,7 +159,8 @@ UPDATE {partition} r
                   + CASE WHEN NOT cand.paused AND cand.skip_reason IS NULL THEN 1 ELSE 0 END
   FROM cand
  WHERE r.campaign_id = %(campaign_id)s AND r.seq = cand.seq AND r.status = 'pending'
-RETURNING r.campaign_id, r.seq, r.user_id, r.email, cand.first_name, r.status, r.attempts;
+RETURNING r.campaign_id, r.seq, r.user_id, r.email, cand.first_name, r.status, r.attempts,
+          r.variant;
 
 -- name: record_results
 -- Outcome of one SES call, one statement. Only rows still 'sending' under the caller's claim
@@ -228,7 +246,8 @@ UPDATE campaign_recipients SET requeue = true
 -- seconds on every worker.
 SELECT coalesce(sum(n) FILTER (WHERE status = 'pending'), 0)::bigint AS pending,
        coalesce(sum(n) FILTER (WHERE status = 'sending'), 0)::bigint AS sending,
-       coalesce(sum(n) FILTER (WHERE status = 'requeue'), 0)::bigint AS requeue
+       coalesce(sum(n) FILTER (WHERE status = 'requeue'), 0)::bigint AS requeue,
+       coalesce(sum(n) FILTER (WHERE status = 'held'), 0)::bigint AS held
   FROM campaign_status_counts WHERE campaign_id = %(campaign_id)s;
 
 -- name: stored_offsets

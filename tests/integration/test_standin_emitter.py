@@ -180,13 +180,13 @@ def test_the_stacks_subscription_matches_the_configured_event_types(
     s = settings.model_copy(
         update={
             "sns_topic_arns": (f"arn:aws:sns:us-east-1:000000000000:t-{uuid.uuid4().hex[:8]}",),
-            "ses_event_types": ("Send", "Delivery", "Bounce", "Complaint", "Open"),
+            "ses_event_types": ("Send", "Delivery", "Bounce", "Complaint", "Open", "Subscription"),
         }
     )
     sub = subscribe_local(s, endpoint=endpoint.url)
     try:
-        # Open is configured, but the stand-in never publishes it: not asked for.
-        assert sub["event_types"] == ["Send", "Delivery", "Bounce", "Complaint"]
+        # Subscription is configured, but the stand-in never publishes it: not asked for.
+        assert sub["event_types"] == ["Send", "Delivery", "Bounce", "Complaint", "Open"]
     finally:
         assert s.ses_endpoint_url
         SesEventsAdmin(s.ses_endpoint_url).unsubscribe(sub["id"])

@@ -171,7 +171,7 @@ def test_subscription_requests_and_store(tmp_path: Path) -> None:
         {
             "endpoint": "http://x/sns",
             "topic_arn": "arn:aws:sns:us-east-1:1:t",
-            "event_types": ["Open"],
+            "event_types": ["Subscription"],
         },
         {
             "endpoint": "http://x/sns",
