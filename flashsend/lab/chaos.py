@@ -154,10 +154,12 @@ def pick_victim(
 
 @dataclass
 class RollingRestarts(Generic[T]):
-    """When the next rolling restart is due and which worker it stops. One worker at a time:
-    the next SIGTERM comes `every_s` after the previous one, and never before the previous
-    worker has exited (its replacement starts then). Each in turn: the worker running longest,
-    since replacements join the end of the live list. Pure: the run passes the time."""
+    """When the next rolling restart is due and which worker it stops. One worker at a time, as
+    a scheduler rolls a deployment with one unavailable: the next SIGTERM comes `every_s`
+    after the previous one, never before the previous worker has exited (its replacement
+    starts then), and never while a live worker is not ready (its /readyz, asked by the run).
+    Each in turn: the worker running longest, since replacements join the end of the live
+    list. Pure: the run passes the time."""
 
     every_s: float
     next_at: float = 0.0
@@ -168,15 +170,20 @@ class RollingRestarts(Generic[T]):
         self.next_at = self.every_s
 
     def due(self, t: float) -> bool:
+        """Time for the next SIGTERM (the run then also asks every live worker's readiness)."""
         return self.every_s > 0 and self.draining is None and t >= self.next_at
 
     def next_worker(self, alive: Sequence[T], frozen: T | None = None) -> T | None:
         """The live worker (in start order) to restart next: the oldest but the frozen one."""
         return next((w for w in alive if w is not frozen), None)
 
-    def began(self, worker: T, t: float) -> None:
+    def began(self, worker: T, t: float) -> float:
+        """`worker` got SIGTERM at `t`; seconds it came after its due time (a drain, or a
+        worker not ready, held it back)."""
+        late = t - self.next_at
         self.draining, self.since = worker, t
         self.next_at = t + self.every_s
+        return late
 
     def ended(self, t: float) -> float:
         """The draining worker is gone; seconds since its SIGTERM."""
@@ -286,6 +293,8 @@ class BrokerKill:
         """How many partitions the node led have another leader now (None: no metadata, as on
         one broker)."""
         s = self.settings
+        if s.kafka_brokers == 1:
+            return None  # no node to ask (it would time out)
         try:
             leaders = partition_leaders(s.kafka_bootstrap, s.topic_recipients)
         except Exception:
@@ -406,6 +415,7 @@ class Schedule:
     )
     worker_exits: list[dict[str, Any]] = field(default_factory=list)
     drains: list[dict[str, Any]] = field(default_factory=list)  # one per rolling restart
+    late_s: float = 0.0  # how late the SIGTERM under way came (RollingRestarts.began)
     rolling: RollingRestarts[subprocess.Popen[bytes]] | None = None
     next_kill: float = 0.0
     zombie_at: float | None = None
@@ -526,6 +536,7 @@ class Schedule:
                     "pid": worker.pid,
                     "returncode": worker.returncode,
                     "drain_s": round(took, 1),
+                    "late_s": round(self.late_s, 1),
                 }
             )
             self.log(
@@ -534,12 +545,15 @@ class Schedule:
             )
         if not (busy and rolling.due(t)):
             return
-        victim = rolling.next_worker(self.pool.alive(), self.zombie)
+        alive = self.pool.alive()
+        if not all(self.pool.ready(w) for w in alive if w is not self.zombie):
+            return
+        victim = rolling.next_worker(alive, self.zombie)
         if victim is None:
             return
         with contextlib.suppress(ProcessLookupError):
             os.kill(victim.pid, signal.SIGTERM)
-        rolling.began(victim, t)
+        self.late_s = rolling.began(victim, t)
         self.log(f"chaos: t={t:.1f}s SIGTERM worker pid {victim.pid} (rolling restart)")
 
     def _replace_dead_workers(self, t: float) -> None:
@@ -601,7 +615,7 @@ def run_chaos(
         settings = EventLoop.settings_for(settings)
         loop = EventLoop(settings, log_dir, SesEventsAdmin(endpoint))
     started = StartedCampaigns(settings)
-    pool = WorkerPool(settings, log_dir, static=True)
+    pool = WorkerPool(settings, log_dir, static=True, probes=options.rolling_restart_every_s > 0)
     schedule = Schedule(options, rng, pool, restarts, log)
     result: dict[str, Any] = {"campaign_id": None}
     failure: BaseException | None = None

@@ -39,7 +39,7 @@ def test_a_restart_is_due_every_period_and_never_during_a_drain() -> None:
     assert not rolling.due(10.0) and not rolling.due(30.0)  # "a" has not exited yet
     rolling.ended(12.0)
     assert rolling.due(12.0)  # overdue since 10.0: right after the drain
-    rolling.began("b", 12.0)
+    assert rolling.began("b", 12.0) == 2.0  # 2 s late
     rolling.ended(13.0)
     assert not rolling.due(16.9) and rolling.due(17.0)  # 5 s after the previous SIGTERM
 
