@@ -104,8 +104,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=0.0,
         metavar="S",
         help="every S s, SIGTERM the next worker in turn (the one running longest), wait for it "
-        "to drain and exit, start a replacement; one at a time; JSON: rolling_restarts, drains "
-        "(seconds from SIGTERM to exit, each), drain_s_max (default: off)",
+        "to drain and exit, start a replacement; one at a time, and only once every live "
+        "worker's /readyz answers; JSON: rolling_restarts, drains (seconds from SIGTERM to "
+        "exit, each), drain_s_max (default: off)",
     )
     p.add_argument(
         "--restart-broker-at",
