@@ -267,6 +267,38 @@ def cluster_id_of(settings: Settings) -> str:
     return cluster_id
 
 
+def partition_leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    """The node id leading each partition of `topic` (-1: none right now), as the cluster's
+    metadata says."""
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    meta = md.topics.get(topic)
+    if meta is None or meta.error is not None:
+        raise StackError(f"kafka at {bootstrap}: no metadata for topic {topic!r}")
+    return {int(p): int(info.leader) for p, info in meta.partitions.items()}
+
+
+def busiest_leader(leaders: dict[int, int]) -> int:
+    """The node id leading the most partitions (the lowest id on a tie); ValueError if no
+    partition has a leader."""
+    counts: dict[int, int] = {}
+    for node in leaders.values():
+        if node >= 0:
+            counts[node] = counts.get(node, 0) + 1
+    if not counts:
+        raise ValueError("no partition has a leader")
+    return min(counts, key=lambda node: (-counts[node], node))
+
+
+def broker_ids(bootstrap: str) -> list[int]:
+    """The node ids of the brokers the cluster's metadata lists."""
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    return sorted(int(b) for b in md.brokers)
+
+
 def _metadata_ok(bootstrap: str, brokers: int = 1) -> bool:
     from confluent_kafka.admin import AdminClient
 

@@ -24,7 +24,6 @@ def ensure_mail_topics(settings: Settings, *, timeout: float = 30.0) -> None:
             f"Kafka at {settings.kafka_bootstrap} is not reachable: {exc}"
         ) from exc
     replication = Replication.of(settings)
-    check_replication(admin, settings.kafka_bootstrap, replication)
     factor, config = replication.factor, replication.topic_config()
     retention = {"retention.ms": str(int(settings.order_events_retention_s * 1000)), **config}
     partitions = settings.order_events_partitions
@@ -34,6 +33,7 @@ def ensure_mail_topics(settings: Settings, *, timeout: float = 30.0) -> None:
         NewTopic(settings.topic_dlq, 1, factor, config=config),
     ]
     missing = [t for t in wanted if t.topic not in existing]
+    check_replication(admin, settings.kafka_bootstrap, replication, creating=bool(missing))
     if not missing:
         return
     for name, future in admin.create_topics(missing, request_timeout=timeout).items():

@@ -5,7 +5,9 @@ Replication is a setting (`FLASHSEND_TOPIC_REPLICATION_FACTOR`, `FLASHSEND_TOPIC
 REPLICAS`; 1 and 1 for the single local broker, 3 and 2 in production: docs/operations.md).
 Every process that creates topics first checks the pair against the cluster's broker count, so
 a factor the cluster cannot hold stops the process at start with one line instead of a
-CreateTopics error, or a producer whose `acks=all` can never be met, later.
+CreateTopics error, or a producer whose `acks=all` can never be met, later. Once the topics
+exist, only the pair itself is checked: the live broker count is what a broker outage lowers,
+and a worker replaced meanwhile (a crash, a rolling restart) must start on the replicas left.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ class Replication:
     def of(cls, settings: Any) -> Replication:
         return cls(settings.topic_replication_factor, settings.topic_min_insync_replicas)
 
-    def problem(self, brokers: int) -> str | None:
-        """Why this cannot work on a cluster of `brokers` brokers (None: it can). Pure."""
+    def problem(self, brokers: int | None) -> str | None:
+        """Why this cannot work on a cluster of `brokers` live brokers (None: it can; `brokers`
+        None: the topics exist, so only the pair itself is checked). Pure."""
         if self.factor < 1 or self.min_insync < 1:
             return (
                 f"FLASHSEND_TOPIC_REPLICATION_FACTOR={self.factor} and "
@@ -47,7 +50,7 @@ class Replication:
                 f"FLASHSEND_TOPIC_MIN_INSYNC_REPLICAS={self.min_insync} exceeds "
                 f"FLASHSEND_TOPIC_REPLICATION_FACTOR={self.factor}: no write could be acknowledged"
             )
-        if self.factor > brokers:
+        if brokers is not None and self.factor > brokers:
             return (
                 f"FLASHSEND_TOPIC_REPLICATION_FACTOR={self.factor} but the cluster has {brokers} "
                 f"broker(s): set it to at most {brokers} (local default 1; production 3 with "
@@ -59,12 +62,17 @@ class Replication:
         return {"min.insync.replicas": str(self.min_insync)}
 
 
-def check_replication(admin: AdminClient, bootstrap: str, replication: Replication) -> None:
-    """Raise one line when the cluster cannot hold `replication` (at process start)."""
-    try:
-        brokers = len(admin.list_topics(timeout=10).brokers)
-    except KafkaException as exc:
-        raise FlashsendError(f"Kafka at {bootstrap} is not reachable: {exc}") from exc
+def check_replication(
+    admin: AdminClient, bootstrap: str, replication: Replication, *, creating: bool = True
+) -> None:
+    """Raise one line when the cluster cannot hold `replication` (at process start). Not
+    `creating` (every topic exists): the pair only, whatever the brokers up right now."""
+    brokers: int | None = None
+    if creating:
+        try:
+            brokers = len(admin.list_topics(timeout=10).brokers)
+        except KafkaException as exc:
+            raise FlashsendError(f"Kafka at {bootstrap} is not reachable: {exc}") from exc
     problem = replication.problem(brokers)
     if problem:
         raise FlashsendError(f"Kafka at {bootstrap}: {problem}")
@@ -85,12 +93,12 @@ def ensure_topics(
         existing = admin.list_topics(timeout=timeout).topics
     except KafkaException as exc:
         raise FlashsendError(f"Kafka at {bootstrap} is not reachable: {exc}") from exc
-    check_replication(admin, bootstrap, replication)
     missing = [
         NewTopic(name, partitions, replication.factor, config=replication.topic_config())
         for name, partitions in topics.items()
         if name not in existing
     ]
+    check_replication(admin, bootstrap, replication, creating=bool(missing))
     if not missing:
         return
     for name, future in admin.create_topics(missing, request_timeout=timeout).items():

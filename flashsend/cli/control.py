@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 from typing import Any
 
 import psycopg
 
 from flashsend.cli.campaign import format_variants
+from flashsend.errors import UsageError
 from flashsend.settings import load_settings
 from sinks.campaign_store import CampaignStore
 from sinks.promo_store import PromoStore
@@ -55,17 +57,26 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "chaos",
         help="run a campaign while killing workers and restarting the broker/Postgres; "
         "check that nothing is lost and nobody is mailed twice",
-        description="Needs the local stack (`flashsend up`): it stops and starts the broker and "
-        "PostgreSQL itself. Prints one JSON object as the last line with --json, also when the "
-        "run fails or is interrupted (Ctrl-C, SIGTERM): then with an `error` field, the broker "
-        "and PostgreSQL started again and the campaign cancelled if unfinished. With the event "
-        "loop (default) it also reports the rows in doubt: unknown_resolved (settled from "
-        "unknown by an SES event), resolved_before_answer, unknown_accepted_by_ses / "
-        "unknown_never_accepted (rows that are or were unknown, looked up at the stand-in), "
-        "unknown_accepted_unresolved (must be 0) and unknown_at_end (before the events). "
-        "Example: "
-        "flashsend chaos --users 20000 --workers 2 --kill-every 5 --restart-postgres-at 10 "
-        "--zombie-at 4 --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=textwrap.fill(
+            "Needs the local stack (`flashsend up`, or `FLASHSEND_KAFKA_BROKERS=3 flashsend "
+            "up` for a cluster; run chaos with the same FLASHSEND_KAFKA_BROKERS): it stops and "
+            "starts the Kafka nodes and PostgreSQL itself. Prints one JSON object as the last "
+            "line with --json, also when the run fails or is interrupted (Ctrl-C, SIGTERM): "
+            "then with an `error` field, the broker and PostgreSQL started again and the "
+            "campaign cancelled if unfinished. With the event loop (default) it also reports "
+            "the rows in doubt: unknown_resolved (settled from unknown by an SES event), "
+            "resolved_before_answer, unknown_accepted_by_ses / unknown_never_accepted (rows "
+            "that are or were unknown, looked up at the stand-in), unknown_accepted_unresolved "
+            "(must be 0) and unknown_at_end (before the events).",
+            width=79,
+        )
+        + "\n\nExamples:\n"
+        "  flashsend chaos --users 20000 --workers 2 --kill-every 5 --restart-postgres-at 10 "
+        "--zombie-at 4 --json\n"
+        "  flashsend chaos --users 200000 --workers 3 --rolling-restart-every 5 --json\n"
+        "  FLASHSEND_KAFKA_BROKERS=3 flashsend chaos --users 200000 --workers 3 --kill-every 10 "
+        "--kill-broker-at 15 --json",
     )
     p.add_argument(
         "--users", type=int, default=200_000, help="users to seed (default: %(default)s)"
@@ -82,8 +93,51 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=0.0,
         help="campaign rate in recipients/s, 0 = unlimited (default: %(default)s)",
     )
-    p.add_argument("--kill-every", type=float, default=5.0, help="SIGKILL a worker every S s")
-    p.add_argument("--restart-broker-at", type=float, default=None, help="seconds into the run")
+    p.add_argument(
+        "--kill-every",
+        type=float,
+        default=None,
+        metavar="S",
+        help="SIGKILL a worker every S s, 0 = never (default: 5, or 0 with "
+        "--rolling-restart-every)",
+    )
+    p.add_argument(
+        "--rolling-restart-every",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="every S s, SIGTERM the next worker in turn (the one running longest), wait for it "
+        "to drain and exit, start a replacement; one at a time, and only once every live "
+        "worker's /readyz answers; JSON: rolling_restarts, drains (seconds from SIGTERM to "
+        "exit, each), drain_s_max (default: off)",
+    )
+    p.add_argument(
+        "--restart-broker-at",
+        type=float,
+        default=None,
+        metavar="T",
+        help="stop every Kafka node at T s into the run, start them again 3 s later",
+    )
+    p.add_argument(
+        "--kill-broker-at",
+        type=float,
+        default=None,
+        metavar="T",
+        help="at T s, SIGKILL the Kafka node leading the most campaign.recipients partitions "
+        "(from the cluster's metadata then) and start it again after --broker-down-s; on one "
+        "broker every partition stops meanwhile; JSON: broker_kills, broker_killed (node, "
+        "partitions_led, leaders_moved: of those, led by another node just before it came "
+        "back, accepted_while_down: recipients SES accepted for the campaign while it was "
+        "down, down_s)",
+    )
+    p.add_argument(
+        "--broker-down-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="how long the killed Kafka node stays down (default: 15: past the controller's "
+        "9-s broker session timeout, so the partitions it led get new leaders meanwhile)",
+    )
     p.add_argument("--restart-postgres-at", type=float, default=None, help="seconds into the run")
     p.add_argument(
         "--zombie-at",
@@ -217,15 +271,25 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
-    from flashsend.lab.chaos import ChaosOptions, run_chaos
+    from flashsend.lab.chaos import ChaosOptions, default_kill_every, run_chaos
     from flashsend.lab.run import sigterm_interrupts
 
+    for flag, value in (
+        ("--rolling-restart-every", args.rolling_restart_every),
+        ("--broker-down-s", args.broker_down_s),
+        ("--kill-every", args.kill_every),
+    ):
+        if value is not None and value < 0:
+            raise UsageError(f"{flag} must be >= 0, got {value:g}")
     options = ChaosOptions(
         users=args.users,
         workers=args.workers,
         rate=args.rate,
-        kill_every_s=args.kill_every,
+        kill_every_s=default_kill_every(args.kill_every, args.rolling_restart_every),
+        rolling_restart_every_s=args.rolling_restart_every,
         restart_broker_at=args.restart_broker_at,
+        kill_broker_at=args.kill_broker_at,
+        **({} if args.broker_down_s is None else {"broker_down_s": args.broker_down_s}),
         restart_postgres_at=args.restart_postgres_at,
         zombie_at=args.zombie_at,
         ses_hang_rate=args.ses_hang_rate,

@@ -1,10 +1,13 @@
 """`flashsend chaos`: a campaign under faults, judged by the provider's own record.
 
 While the campaign runs: SIGKILL a worker every `kill_every_s` (a supervisor starts a
-replacement, as systemd would), stop and restart the broker (same data dir) and PostgreSQL
-(immediate shutdown = crash recovery), optionally freeze a worker past the rebalance (zombie)
-and let the SES stand-in accept calls without answering. Then wait for the campaign to finish
-(reconcile turns expired leases into `unknown`) and check the invariants:
+replacement, as systemd would), restart the workers one at a time with SIGTERM (a rolling
+restart: each drains, exits, and a replacement starts), stop and restart Kafka (every node,
+same data dirs) and PostgreSQL (immediate shutdown = crash recovery), SIGKILL the Kafka node
+leading the most partitions of the campaign topic and start it again later, optionally freeze
+a worker past the rebalance (zombie) and let the SES stand-in accept calls without answering.
+Then wait for the campaign to finish (reconcile turns expired leases into `unknown`) and check
+the invariants:
 
 - duplicates == 0 (counted by the stand-in, per destination);
 - with a promo pool (`promo_codes`), promo_codes_unique: no code bound to two recipients nor
@@ -29,6 +32,10 @@ settled, and more invariants hold: no accepted row is still unknown, no row was 
 without the stand-in having accepted it, and accepted_by_ses == sent
 (flashsend/chaos_events.py).
 
+A drained worker is not read like a kill: its drain records the outcome of its calls in
+flight and releases what it held, so a rolling restart leaves no row in doubt, and a row it
+did leave to the lease counts against `unknown_only_from_in_flight`.
+
 The faults combine freely: restarts run in the background while kills go on, the kill
 schedule picks the frozen worker only when no other is alive, a restart may fail. Whatever
 happens, the run restarts what it stopped, cancels its campaign if unfinished and returns a
@@ -37,6 +44,7 @@ result (with `error` when the run itself failed).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import resource
@@ -44,19 +52,21 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import psycopg
 
+from flashsend.errors import UsageError
 from flashsend.lab.chaos_events import EventLoop, judge_in_doubt
 from flashsend.lab.demo import create_pool, ensure_users, promo_verdict, standin_stats
 from flashsend.lab.run import StartedCampaigns, error_text, finish_run
 from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
-from infra.kafka import KafkaBroker
+from infra.kafka import KafkaBroker, KafkaCluster, broker_ids, busiest_leader, partition_leaders
 from infra.postgres import PostgresServer
+from infra.process import pid_alive
 from infra.ses_standin.admin import SesStandinAdmin
 from infra.ses_standin.events_admin import SesEventsAdmin
 from producers.campaign import start_campaign
@@ -76,8 +86,15 @@ from sinks.campaign_store import CampaignStore
 from sinks.ses import SesSender, make_client
 from streams.sender import MAX_ENTRIES
 
-DOWN_S = 3.0  # how long the broker or PostgreSQL stays stopped
+DOWN_S = 3.0  # how long Kafka or PostgreSQL stays stopped
+# How long a SIGKILLed Kafka node stays down (--broker-down-s): past the controller's broker
+# session timeout (Kafka's default 9 s), after which it fences the node and the partitions
+# it led get new leaders; a shorter outage is one the cluster may only wait through.
+BROKER_DOWN_S = 15.0
+KILL_EVERY_S = 5.0  # --kill-every unless a rolling restart is asked for
 ZOMBIE_FROZEN_S = 15.0  # past session.timeout: the frozen worker's partitions are reassigned
+# Past the worker's own shutdown grace (its watchdog exits it), a drain is over: SIGKILL.
+DRAIN_MARGIN_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -85,8 +102,11 @@ class ChaosOptions:
     users: int = 200_000
     workers: int = 3
     rate: float = 0.0
-    kill_every_s: float = 5.0
+    kill_every_s: float = KILL_EVERY_S
     restart_broker_at: float | None = None
+    kill_broker_at: float | None = None
+    broker_down_s: float = BROKER_DOWN_S
+    rolling_restart_every_s: float = 0.0  # 0: no rolling restart
     restart_postgres_at: float | None = None
     zombie_at: float | None = None
     ses_hang_rate: float = 0.0
@@ -95,6 +115,14 @@ class ChaosOptions:
     seed: int = 7
     events_wait_s: float = 30.0  # 0: no event loop (no webhook, no feedback worker)
     promo_codes: bool = False  # a promo pool: invariant promo_codes_unique
+
+
+def default_kill_every(kill_every_s: float | None, rolling_restart_every_s: float) -> float:
+    """--kill-every when not given: no SIGKILL during a rolling restart (it is the fault under
+    test), KILL_EVERY_S otherwise."""
+    if kill_every_s is not None:
+        return kill_every_s
+    return 0.0 if rolling_restart_every_s > 0 else KILL_EVERY_S
 
 
 def freeze(proc: subprocess.Popen[bytes]) -> bool:
@@ -122,11 +150,52 @@ def thaw(proc: subprocess.Popen[bytes]) -> bool:
 T = TypeVar("T")
 
 
-def pick_victim(rng: random.Random, alive: list[T], frozen: T | None) -> T:
-    """The worker to kill: any but the frozen one while another is alive. Thawed after its
-    partitions moved, the frozen one is the zombie the fence must stop; killed, it would be
-    one more kill."""
-    return rng.choice([p for p in alive if p is not frozen] or alive)
+def pick_victim(
+    rng: random.Random, alive: list[T], frozen: T | None, draining: T | None = None
+) -> T:
+    """The worker to kill: any but the frozen one and the draining one while another is alive.
+    Thawed after its partitions moved, the frozen one is the zombie the fence must stop; the
+    draining one is a rolling restart under way; killed, either would be one more kill."""
+    return rng.choice([p for p in alive if p is not frozen and p is not draining] or alive)
+
+
+@dataclass
+class RollingRestarts(Generic[T]):
+    """When the next rolling restart is due and which worker it stops. One worker at a time, as
+    a scheduler rolls a deployment with one unavailable: the next SIGTERM comes `every_s`
+    after the previous one, never before the previous worker has exited (its replacement
+    starts then), and never while a live worker is not ready (its /readyz, asked by the run).
+    Each in turn: the worker running longest, since replacements join the end of the live
+    list. Pure: the run passes the time."""
+
+    every_s: float
+    next_at: float = 0.0
+    draining: T | None = None
+    since: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.next_at = self.every_s
+
+    def due(self, t: float) -> bool:
+        """Time for the next SIGTERM (the run then also asks every live worker's readiness)."""
+        return self.every_s > 0 and self.draining is None and t >= self.next_at
+
+    def next_worker(self, alive: Sequence[T], frozen: T | None = None) -> T | None:
+        """The live worker (in start order) to restart next: the oldest but the frozen one."""
+        return next((w for w in alive if w is not frozen), None)
+
+    def began(self, worker: T, t: float) -> float:
+        """`worker` got SIGTERM at `t`; seconds it came after its due time (a drain, or a
+        worker not ready, held it back)."""
+        late = t - self.next_at
+        self.draining, self.since = worker, t
+        self.next_at = t + self.every_s
+        return late
+
+    def ended(self, t: float) -> float:
+        """The draining worker is gone; seconds since its SIGTERM."""
+        self.draining = None
+        return t - self.since
 
 
 @dataclass
@@ -136,6 +205,8 @@ class Restart:
     name: str
     stop: Callable[[], object]
     start: Callable[[], object]
+    counter: str = ""  # the result's count of these restarts; default `<name>_restarts`
+    down_s: float = DOWN_S
     thread: threading.Thread | None = None
     error: BaseException | None = None
     stopped: bool = False  # stopped by us and not (yet) started again
@@ -149,7 +220,7 @@ class Restart:
         try:
             self.stopped = True
             self.stop()
-            time.sleep(DOWN_S)
+            time.sleep(self.down_s)
             self.start()
             self.stopped = False
         except BaseException as exc:  # handed to the main loop, which fails the run
@@ -165,6 +236,90 @@ class Restart:
         if self.stopped:
             self.start()
             self.stopped = False
+
+
+@dataclass
+class BrokerKill:
+    """SIGKILL the Kafka node leading the most partitions of the campaign topic (read from the
+    cluster's metadata at that moment), and start it again (a `Restart`'s stop and start).
+    `record` keeps what happened: the node, the partitions it led, how many of those had
+    another leader just before it came back, how many recipients SES accepted for the
+    campaign while it was down, and how long it was out."""
+
+    settings: Settings
+    log: Callable[[str], None]
+    accepted: Callable[[], int] = lambda: 0  # recipients SES accepted for the campaign so far
+    node: KafkaBroker | None = None
+    record: dict[str, Any] = field(default_factory=dict)
+    _led: set[int] = field(default_factory=set)
+    _killed_at: float = 0.0
+    _accepted_at_kill: int = 0
+
+    def kill(self) -> None:
+        s = self.settings
+        leaders = partition_leaders(s.kafka_bootstrap, s.topic_recipients)
+        node_id = busiest_leader(leaders)
+        node = KafkaBroker(s, node_id - 1)  # node ids are 1-based
+        pid = node.process.pid()
+        if pid is None:
+            raise RuntimeError(
+                f"kafka node {node_id} leads the most partitions of {s.topic_recipients} but "
+                f"has no running process under {s.state_dir / 'run'}: chaos kills only the "
+                "local stack's brokers"
+            )
+        self._accepted_at_kill = self.accepted()
+        os.kill(pid, signal.SIGKILL)
+        self._killed_at = time.monotonic()
+        self.node = node
+        deadline = self._killed_at + 10
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self._led = {p for p, leader in leaders.items() if leader == node_id}
+        self.record = {
+            "node": node_id,
+            "partitions_led": len(self._led),
+            "partitions": len(leaders),
+        }
+        self.log(
+            f"chaos: SIGKILL kafka node {node_id} "
+            f"(led {len(self._led)} of {len(leaders)} partitions)"
+        )
+
+    def start(self) -> None:
+        node = self.node
+        if node is None:  # the kill failed: nothing to start
+            return
+        if "accepted_while_down" not in self.record:
+            self.record["accepted_while_down"] = self.accepted() - self._accepted_at_kill
+            self.record["leaders_moved"] = self._moved(node.node + 1)
+        node.start(timeout=180)
+        self.record["down_s"] = round(time.monotonic() - self._killed_at, 1)
+        self.node = None
+
+    def _moved(self, node_id: int) -> int | None:
+        """How many partitions the node led have another leader now (None: no metadata, as on
+        one broker)."""
+        s = self.settings
+        if s.kafka_brokers == 1:
+            return None  # no node to ask (it would time out)
+        try:
+            leaders = partition_leaders(s.kafka_bootstrap, s.topic_recipients)
+        except Exception:
+            return None
+        return sum(1 for p in self._led if leaders.get(p, -1) not in (-1, node_id))
+
+
+def check_kafka_nodes(settings: Settings) -> None:
+    """Chaos starts and stops the local Kafka nodes by the settings' layout (node i on the
+    base port + 10 i; each node's config is written again at its start): refuse a stack whose
+    broker count the settings do not match, rather than start a node with a wrong quorum."""
+    found = broker_ids(settings.kafka_bootstrap)
+    if len(found) != settings.kafka_brokers:
+        raise UsageError(
+            f"the stack's Kafka has {len(found)} broker(s) but FLASHSEND_KAFKA_BROKERS="
+            f"{settings.kafka_brokers}: run chaos with the setting the stack was started with "
+            f"(FLASHSEND_KAFKA_BROKERS={len(found)} flashsend chaos …)"
+        )
 
 
 def _progress(settings: Settings, campaign_id: int) -> Any:
@@ -260,9 +415,15 @@ class Schedule:
             "zombies": 0,
             "zombies_killed_frozen": 0,
             "worker_restarts": 0,
+            "broker_kills": 0,
+            "rolling_restarts": 0,
+            "drain_timeouts": 0,
         }
     )
     worker_exits: list[dict[str, Any]] = field(default_factory=list)
+    drains: list[dict[str, Any]] = field(default_factory=list)  # one per rolling restart
+    late_s: float = 0.0  # how late the SIGTERM under way came (RollingRestarts.began)
+    rolling: RollingRestarts[subprocess.Popen[bytes]] | None = None
     next_kill: float = 0.0
     zombie_at: float | None = None
     zombie: subprocess.Popen[bytes] | None = None
@@ -278,20 +439,30 @@ class Schedule:
             self.pending_restarts["broker"] = o.restart_broker_at
         if o.restart_postgres_at is not None:
             self.pending_restarts["postgres"] = o.restart_postgres_at
+        if o.kill_broker_at is not None:
+            self.pending_restarts["broker_kill"] = o.kill_broker_at
+        if o.rolling_restart_every_s > 0:
+            self.rolling = RollingRestarts(o.rolling_restart_every_s)
 
     def restarts_outstanding(self) -> bool:
-        """A restart asked for is still to begin or to be back (a campaign can finish first)."""
-        return bool(self.pending_restarts) or any(
-            r.thread is not None for r in self.restarts.values()
+        """A restart asked for is still to begin or to be back (a campaign can finish first),
+        or a drained worker has not exited yet."""
+        return (
+            bool(self.pending_restarts)
+            or any(r.thread is not None for r in self.restarts.values())
+            or (self.rolling is not None and self.rolling.draining is not None)
         )
 
     def tick(self, t: float, busy: bool) -> None:
         """Apply every fault due at `t` seconds into the run."""
         pool, log = self.pool, self.log
+        draining = self.rolling.draining if self.rolling is not None else None
         if busy and t >= self.next_kill and pool.alive():
-            victim = pick_victim(self.rng, pool.alive(), self.zombie)
+            victim = pick_victim(self.rng, pool.alive(), self.zombie, draining)
             if victim is self.zombie:
                 self.counters["zombies_killed_frozen"] += 1
+            if self.rolling is not None and victim is draining:
+                self.rolling.ended(t)  # killed mid-drain: a kill, not a rolling restart
             pool.kill(victim, signal.SIGKILL)
             self._stopped_a_worker()
             self.counters["kills"] += 1
@@ -301,7 +472,8 @@ class Schedule:
         for name, at in list(self.pending_restarts.items()):
             if t >= at:
                 del self.pending_restarts[name]
-                log(f"chaos: t={t:.1f}s restarting {name} (down {DOWN_S:g}s)")
+                down = self.restarts[name].down_s
+                log(f"chaos: t={t:.1f}s restarting {name} (down {down:g}s)")
                 if name == "postgres":
                     self._stopped_a_worker()  # the calls in flight now wait for PostgreSQL
                 self.restarts[name].begin()
@@ -323,6 +495,7 @@ class Schedule:
                 log(f"chaos: t={t:.1f}s SIGCONT worker pid {zombie.pid}")
             else:
                 log(f"chaos: t={t:.1f}s zombie pid {zombie.pid} already ended; nothing to thaw")
+        self._roll(t, busy)
         self._replace_dead_workers(t)
         if self.in_flight is not None:
             self.in_flight.catch_up(time.monotonic())
@@ -333,7 +506,7 @@ class Schedule:
         for name, restart in self.restarts.items():
             if restart.done and restart.error is None and restart.thread is not None:
                 restart.thread = None
-                self.counters[f"{name}_restarts"] += 1
+                self.counters[restart.counter or f"{name}_restarts"] += 1
                 self.log(f"chaos: t={t:.1f}s {name} back")
                 if name == "postgres":
                     # Calls that entered just before the stop; the lease may turn them
@@ -344,8 +517,57 @@ class Schedule:
         if self.in_flight is not None:
             self.in_flight.after_fault(time.monotonic(), late=late)
 
+    def _roll(self, t: float, busy: bool) -> None:
+        """The rolling restart: a drained worker that exited is replaced; then, when due, the
+        next worker in turn gets SIGTERM."""
+        rolling = self.rolling
+        if rolling is None:
+            return
+        worker = rolling.draining
+        if worker is not None:
+            if worker.poll() is None:
+                grace = self.pool.settings.worker_shutdown_grace_s
+                if t - rolling.since < grace + DRAIN_MARGIN_S:
+                    return
+                # Its watchdog did not end it: a kill, and its call's rows stay in doubt.
+                self.pool.kill(worker, signal.SIGKILL)
+                self._stopped_a_worker()
+                self.counters["drain_timeouts"] += 1
+            took = rolling.ended(t)
+            self.pool.procs.remove(worker)
+            replacement = self.pool.spawn()
+            self.counters["rolling_restarts"] += 1
+            self.drains.append(
+                {
+                    "t_s": round(t, 1),
+                    "pid": worker.pid,
+                    "returncode": worker.returncode,
+                    "drain_s": round(took, 1),
+                    "late_s": round(self.late_s, 1),
+                }
+            )
+            self.log(
+                f"chaos: t={t:.1f}s worker pid {worker.pid} exited {took:.1f}s after SIGTERM "
+                f"({worker.returncode}); started pid {replacement.pid}"
+            )
+        if not (busy and rolling.due(t)):
+            return
+        alive = self.pool.alive()
+        if not all(self.pool.ready(w) for w in alive if w is not self.zombie):
+            return
+        victim = rolling.next_worker(alive, self.zombie)
+        if victim is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim.pid, signal.SIGTERM)
+        self.late_s = rolling.began(victim, t)
+        self.log(f"chaos: t={t:.1f}s SIGTERM worker pid {victim.pid} (rolling restart)")
+
     def _replace_dead_workers(self, t: float) -> None:
+        draining = self.rolling.draining if self.rolling is not None else None
         for proc in list(self.pool.procs):
+            if proc is draining:
+                continue
             if proc.poll() is not None and proc.returncode != -signal.SIGKILL:
                 # A worker that died by itself (e.g. broker gone too long): restart it, like a
                 # supervisor would, and keep what it said last.
@@ -379,10 +601,18 @@ def run_chaos(
     settings = base.model_copy(
         update={"lease_s": options.lease_s, "ses_timeout_s": 3.0, "reconcile_interval_s": 2.0}
     )
-    broker, postgres = KafkaBroker(settings), PostgresServer(settings)
+    kafka, postgres = KafkaCluster(settings), PostgresServer(settings)
+    broker_kill = BrokerKill(settings, log)
     restarts = {
-        "broker": Restart("broker", broker.stop, broker.start),
+        "broker": Restart("broker", kafka.stop, kafka.start),
         "postgres": Restart("postgres", lambda: postgres.stop(mode="immediate"), postgres.start),
+        "broker_kill": Restart(
+            "broker_kill",
+            broker_kill.kill,
+            broker_kill.start,
+            counter="broker_kills",
+            down_s=options.broker_down_s,
+        ),
     }
     ses = SesStandinAdmin(settings.ses_endpoint_url or "")
     log_dir = settings.state_dir / "logs" / f"chaos-{int(time.time())}"
@@ -392,7 +622,7 @@ def run_chaos(
         settings = EventLoop.settings_for(settings)
         loop = EventLoop(settings, log_dir, SesEventsAdmin(endpoint))
     started = StartedCampaigns(settings)
-    pool = WorkerPool(settings, log_dir, static=True)
+    pool = WorkerPool(settings, log_dir, static=True, probes=options.rolling_restart_every_s > 0)
     schedule = Schedule(options, rng, pool, restarts, log)
     result: dict[str, Any] = {"campaign_id": None}
     failure: BaseException | None = None
@@ -400,6 +630,8 @@ def run_chaos(
     began = time.monotonic()
     cpu_before = _children_cpu_s()
     try:
+        if options.restart_broker_at is not None or options.kill_broker_at is not None:
+            check_kafka_nodes(settings)
         ensure_users(settings, options.users)
         SesSender(make_client(settings, timeout=10)).put_template(
             DEFAULT_TEMPLATE, DEFAULT_SUBJECT, DEFAULT_HTML, DEFAULT_TEXT
@@ -429,6 +661,9 @@ def run_chaos(
         if options.promo_codes:
             create_pool(settings, campaign_id, options.users)
         schedule.in_flight = InFlight(lambda: rows_in_call(settings, campaign_id))
+        broker_kill.accepted = lambda: int(
+            standin_stats(settings, campaign_id).get("accepted") or 0
+        )
         pool.start(options.workers)
         began = time.monotonic()
         start = start_campaign(settings, campaign_id)
@@ -454,6 +689,11 @@ def run_chaos(
         cleanup_errors = _clean_up(pool, restarts, ses, faults_before, loop)
     result.update(schedule.counters)
     result["worker_exits"] = schedule.worker_exits
+    if options.kill_broker_at is not None:
+        result["broker_killed"] = broker_kill.record or None
+    if options.rolling_restart_every_s > 0:
+        result["drains"] = schedule.drains
+        result["drain_s_max"] = max((d["drain_s"] for d in schedule.drains), default=None)
     result["elapsed_s"] = round(time.monotonic() - began, 1)
     # Every flashsend process of the run (workers, webhook, feedback worker) has been reaped by
     # now. The broker, PostgreSQL and the stand-in are not counted: they restart during the run.

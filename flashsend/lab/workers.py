@@ -17,6 +17,7 @@ from flashsend.settings import Settings, settings_env
 from infra.process import pid_alive, terminate
 
 PR_SET_PDEATHSIG = 1
+_PROBE_PORT = re.compile(rb"metrics on http://[^:/]+:(\d+)/metrics")
 _EXCEPTION_LINE = re.compile(r"^(\w+\.)*\w*(Error|Exception|Unavailable|Timeout)\b:")
 _ERROR_RECORD = re.compile(r"\[(ERROR|CRITICAL)\]")
 
@@ -55,6 +56,9 @@ class WorkerPool:
     pool_id: str = field(default_factory=lambda: secrets.token_hex(3))
     log_files: dict[int, Path] = field(default_factory=dict)  # pid -> its stdout/stderr
     nice: int = 0  # added to the workers' niceness: > 0 yields the CPU to everything else
+    # Each worker serves its probes (/healthz, /readyz) on a free port it logs (`ready`).
+    probes: bool = False
+    probe_ports: dict[int, int] = field(default_factory=dict)  # pid -> port, once logged
 
     def _free_slot(self) -> int:
         slot = 0
@@ -73,6 +77,8 @@ class WorkerPool:
         slot = self._free_slot()
         if self.static:
             env["FLASHSEND_WORKER_INSTANCE"] = f"{self.pool_id}-{slot}"
+        if self.probes:
+            env["FLASHSEND_METRICS_PORT"] = "-1"  # any free port, logged at start
         name = "worker" if self.role == "campaign" else f"{self.role}-worker"
         log_file = self.log_dir / f"{name}-{self.started}.log"
         log = open(log_file, "ab")  # noqa: SIM115
@@ -131,6 +137,33 @@ class WorkerPool:
         for p in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=5)
+
+    def ready(self, proc: subprocess.Popen[bytes]) -> bool:
+        """The worker's /readyz answers 200 (joined its group, first seek done, its stores
+        answer), as a scheduler's readiness probe asks; False until it serves its probes."""
+        import urllib.error
+        import urllib.request
+
+        port = self._probe_port(proc)
+        if port is None or proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
+                return int(resp.status) == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def _probe_port(self, proc: subprocess.Popen[bytes]) -> int | None:
+        port = self.probe_ports.get(proc.pid)
+        log_file = self.log_files.get(proc.pid)
+        if port is None and self.probes and log_file is not None:
+            try:
+                match = _PROBE_PORT.search(log_file.read_bytes()[:64_000])
+            except OSError:
+                match = None
+            if match is not None:
+                port = self.probe_ports[proc.pid] = int(match.group(1))
+        return port
 
     def last_error(self, proc: subprocess.Popen[bytes], max_chars: int = 300) -> str | None:
         """Why a worker exited, as it said it: the last exception line of its log, else its

@@ -1,10 +1,12 @@
 """A local 3-node KRaft cluster (`FLASHSEND_KAFKA_BROKERS=3`): topics get 3 replicas and
 min.insync.replicas 2, an idempotent acks=all producer loses and duplicates nothing while the
 leader of its partition is SIGKILLed and comes back, and a campaign keeps sending through the
-loss of the node leading most of its partitions."""
+loss of the node leading most of its partitions, also as `flashsend chaos --kill-broker-at`
+runs it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -17,9 +19,11 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
+from flashsend.errors import FlashsendError
+from flashsend.lab.chaos import ChaosOptions, run_chaos
 from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings, load_settings
-from infra.kafka import KafkaCluster
+from infra.kafka import KafkaCluster, broker_ids, busiest_leader, partition_leaders
 from infra.process import free_port
 from producers.campaign import start_campaign
 from producers.topics import Replication, ensure_topics
@@ -108,6 +112,16 @@ def test_three_nodes_replicate_and_survive_the_loss_of_a_leader(cluster: KafkaCl
     assert failed == []
     assert leader_of(s, topic, 0) != leader  # another replica took over
 
+    # A process starting meanwhile (a worker replaced during the outage) finds its topics and
+    # starts; only a topic still to be created is refused: it could not get its 3 replicas.
+    deadline = time.monotonic() + 30
+    while len(broker_ids(s.kafka_bootstrap)) != NODES - 1:  # the controller fenced the node
+        assert time.monotonic() < deadline, broker_ids(s.kafka_bootstrap)
+        time.sleep(0.2)
+    ensure_topics(s.kafka_bootstrap, {topic: 1}, replication=Replication.of(s))
+    with pytest.raises(FlashsendError, match="the cluster has 2 broker"):
+        ensure_topics(s.kafka_bootstrap, {f"{topic}-new": 1}, replication=Replication.of(s))
+
     victim.start(timeout=120)  # rejoins the cluster
     assert len(admin.list_topics(timeout=10).brokers) == NODES
 
@@ -130,12 +144,23 @@ def test_three_nodes_replicate_and_survive_the_loss_of_a_leader(cluster: KafkaCl
     assert len(seen) == total and sorted(seen) == list(range(total)), (len(seen), len(set(seen)))
 
 
-def busiest_leader(settings: Settings) -> int:
-    """The node id leading the most partitions of the campaign topic."""
-    topic = settings.topic_recipients
-    md = AdminClient({"bootstrap.servers": settings.kafka_bootstrap}).list_topics(topic, timeout=10)
-    leaders = [int(p.leader) for p in md.topics[topic].partitions.values()]
-    return max(set(leaders), key=leaders.count)
+def on_cluster(settings: Settings, cluster: KafkaCluster) -> Settings:
+    """The test's settings (PostgreSQL and SES from the session's stack, its own database and
+    topics) on the cluster: its bootstrap, replication, and the layout its nodes are started
+    with (state dir with their pid files, ports, heap)."""
+    c = cluster.settings
+    return settings.model_copy(
+        update={
+            "kafka_bootstrap": c.kafka_bootstrap,
+            "kafka_brokers": NODES,
+            "kafka_port": c.kafka_port,
+            "kafka_controller_port": c.kafka_controller_port,
+            "kafka_heap_mb": c.kafka_heap_mb,
+            "state_dir": c.state_dir,
+            "topic_replication_factor": 3,
+            "topic_min_insync_replicas": 2,
+        }
+    )
 
 
 def test_campaigns_start_and_send_while_the_busiest_leader_is_down(
@@ -145,14 +170,7 @@ def test_campaigns_start_and_send_while_the_busiest_leader_is_down(
     node leading most of its partitions is SIGKILLed mid-campaign. While it is down, a second
     campaign starts (its doorbells need acks from 2 of the 3 replicas) and sends; the node
     comes back and both campaigns end with every recipient sent once."""
-    s = settings.model_copy(
-        update={
-            "kafka_bootstrap": cluster.settings.kafka_bootstrap,
-            "kafka_brokers": NODES,
-            "topic_replication_factor": 3,
-            "topic_min_insync_replicas": 2,
-        }
-    )
+    s = on_cluster(settings, cluster)
     seed_users(s.pg_dsn, 6_000)
     first = new_campaign(s, rate=1_000)
     pool = WorkerPool(s, s.state_dir / f"logs-cluster-{first}")
@@ -163,7 +181,8 @@ def test_campaigns_start_and_send_while_the_busiest_leader_is_down(
         while statuses(s, first).get("sent", 0) < 1_000:
             assert time.monotonic() < deadline, statuses(s, first)
             time.sleep(0.1)
-        victim = cluster.nodes[busiest_leader(s) - 1]
+        leaders = partition_leaders(s.kafka_bootstrap, s.topic_recipients)
+        victim = cluster.nodes[busiest_leader(leaders) - 1]
         pid = victim.process.pid()
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
@@ -185,3 +204,38 @@ def test_campaigns_start_and_send_while_the_busiest_leader_is_down(
         assert final.get("unknown", 0) == 0 and final.get("failed", 0) == 0, final
         assert seen["duplicates"] == 0, seen
         assert seen["accepted"] == final["sent"], (seen, final)
+
+
+def test_chaos_kills_the_busiest_leader_and_the_campaign_sends_while_it_is_down(
+    cluster: KafkaCluster, settings: Settings
+) -> None:
+    """`flashsend chaos --kill-broker-at` on the cluster: the node leading most of the campaign
+    topic's partitions is SIGKILLed and stays down past the controller's session timeout; SES
+    accepts recipients of the campaign meanwhile, the node comes back, and nobody is mailed
+    twice or lost. (With worker kills too: `flashsend chaos`, docs/operations.md.)"""
+    s = on_cluster(settings, cluster)
+    result = run_chaos(
+        s,
+        ChaosOptions(
+            # ~6,900 recipients at 250/s: sending outlasts the outage from 8 s to 20 s.
+            users=8_000,
+            workers=2,
+            rate=250,
+            kill_every_s=0,
+            kill_broker_at=8,
+            broker_down_s=12,
+            lease_s=15,
+            timeout_s=180,
+            events_wait_s=0,
+        ),
+        log=print,
+    )
+    print(json.dumps(result, indent=1, sort_keys=True))
+    assert "error" not in result, result["error"]
+    assert result["broker_kills"] == 1, result
+    killed = result["broker_killed"]
+    assert killed["partitions_led"] >= s.partitions // NODES, killed
+    assert killed["accepted_while_down"] > 0, killed
+    assert result["duplicates"] == 0 and result["lost"] == 0, result
+    assert result["invariants_ok"], result["invariants_failed"]
+    assert broker_ids(s.kafka_bootstrap) == [1, 2, 3]  # the killed node is back

@@ -24,9 +24,12 @@ def test_local_defaults_fit_one_broker() -> None:
         (2, 3, 3, "exceeds"),
         (0, 1, 3, "must be >= 1"),
         (1, 0, 3, "must be >= 1"),
+        # The topics exist: a broker down does not count against them; the pair still does.
+        (3, 2, None, None),
+        (2, 3, None, "exceeds"),
     ],
 )
-def test_problem(factor: int, min_insync: int, brokers: int, expected: str | None) -> None:
+def test_problem(factor: int, min_insync: int, brokers: int | None, expected: str | None) -> None:
     problem = Replication(factor, min_insync).problem(brokers)
     if expected is None:
         assert problem is None
