@@ -133,15 +133,11 @@ class Reconciler:
         if self._producer.flush(60) or errors:
             raise FlashsendError(f"re-produce failed: {errors[:3]}")
 
-    def _counts(self, conn: psycopg.Connection[Any], campaign_id: int) -> tuple[int, int, int]:
-        """(pending, sending, flagged for requeue), from the trigger-kept counters."""
+    def _counts(self, conn: psycopg.Connection[Any], campaign_id: int) -> tuple[int, int, int, int]:
+        """(pending, sending, flagged for requeue, held: an A/B test's holdout waiting for its
+        winner), from the trigger-kept counters."""
         row = conn.execute(query("pending_count"), {"campaign_id": campaign_id}).fetchone()
-        return (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)
-
-    def _held(self, conn: psycopg.Connection[Any], campaign_id: int) -> int:
-        """An A/B test's holdout waiting for its winner: the campaign is not done."""
-        row = conn.execute(query("pending_count"), {"campaign_id": campaign_id}).fetchone()
-        return int(row[3]) if row else 0
+        return (int(row[0]), int(row[1]), int(row[2]), int(row[3])) if row else (0, 0, 0, 0)
 
     def _expiry_due(self, campaign_id: int, lease: float) -> bool:
         """Expiring leases scans the campaign's rows, so a long-lived reconciler (the workers'
@@ -187,7 +183,7 @@ class Reconciler:
         status, produced_at = row
         # Each step below scans the campaign's rows, so each runs only when the counters say
         # it has something to do.
-        pending, sending, flagged = self._counts(conn, campaign_id)
+        pending, sending, flagged, _ = self._counts(conn, campaign_id)
         if status == "cancelled" and pending:
             # A lane may have released rows as pending just after the cancel ran.
             CampaignStore(conn).cancel_pending(campaign_id)  # retried on deadlock
@@ -220,8 +216,8 @@ class Reconciler:
                 orphans = len(orphan_rows)
         done = False
         if status == "sending" and produced_at is not None:
-            pending, sending, _ = self._counts(conn, campaign_id)
-            if pending == 0 and sending == 0 and self._held(conn, campaign_id) == 0:
+            pending, sending, _, held = self._counts(conn, campaign_id)
+            if pending == 0 and sending == 0 and held == 0:
                 done = (
                     conn.execute(
                         query("set_campaign_status"),
