@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 
 # Float sums of 1/rate drift by picoseconds; a delay this small is noise, not a wait.
 _EPSILON = 1e-9
+# Weight of the newest call in the pacer's smoothed latency: one slow call moves the call
+# size a little, a slow SES within a few calls.
+_LATENCY_WEIGHT = 0.25
 
 
 def split_rate(total_rate: float, partitions: int) -> float:
@@ -258,8 +261,11 @@ class WindowPacer:
     by their share of the second (a call of n starts no sooner than n / budget after the one
     before), so a lane spreads its budget over the second instead of spending it in a burst at
     the start of every window: bursts from every lane at once queue at SES, and each call's
-    latency is paid for in the window. When the window has room for at least half a call but
-    not a whole one, the call shrinks to the room.
+    latency is paid for in the window. When calls are slow, a call carries the budget of twice
+    the recent latency instead: with one call at a time, tick-sized calls would leave the lane
+    waiting on answers with budget to spare, and calls of twice the latency reach the bound's
+    budget per (window + latency) whenever they fit in one SES call. When the window has room
+    for at least half a call but not a whole one, the call shrinks to the room.
 
     `budget <= 0` means unlimited. Pure: time comes in as `now`, nothing sleeps.
     """
@@ -271,17 +277,26 @@ class WindowPacer:
     _in_call: int = field(default=0, init=False, repr=False)
     _held_until: float = field(default=float("-inf"), init=False, repr=False)
     _next_at: float = field(default=float("-inf"), init=False, repr=False)
+    _started_at: float | None = field(default=None, init=False, repr=False)
+    _latency: float = field(default=0.0, init=False, repr=False)
 
     @property
     def unlimited(self) -> bool:
         return self.budget <= 0
 
+    @property
+    def latency(self) -> float:
+        """Recent call latency (start to answer, smoothed), 0 before the first answer."""
+        return self._latency
+
     def call_size(self, max_entries: int) -> int:
-        """Recipients per call: about a tick's worth of the budget, between 1 and max_entries,
-        evened out so the budget splits into calls of nearly one size."""
+        """Recipients per call: the budget of a tick or of twice the recent call latency,
+        whichever is longer, between 1 and max_entries, evened out so the budget splits into
+        calls of nearly one size."""
         if self.unlimited:
             return max_entries
-        largest = max(1, min(max_entries, math.ceil(self.budget * self.tick_s - _EPSILON)))
+        span = max(self.tick_s, 2 * self._latency)
+        largest = max(1, min(max_entries, math.ceil(self.budget * span - _EPSILON)))
         calls = math.ceil(self.budget / largest)  # equal calls, so the last one is not a sliver
         return max(1, math.ceil(self.budget / calls))
 
@@ -329,6 +344,7 @@ class WindowPacer:
         much, or a lane would lose that lateness on every call of its second. After a longer
         gap the grid starts again from `now`."""
         self._in_call += n
+        self._started_at = now
         if now is not None and self.budget > 0:
             turn = n / self.budget
             on_grid = now - self._next_at <= turn / 2
@@ -336,6 +352,10 @@ class WindowPacer:
 
     def finished(self, n: int, now: float) -> None:
         self._in_call = max(0, self._in_call - n)
+        if self._started_at is not None:
+            took = max(0.0, now - self._started_at)
+            self._latency += _LATENCY_WEIGHT * (took - self._latency)
+            self._started_at = None
         expires = now + self.window_s
         if self._spent and self._spent[-1][0] > expires:  # keep expiries in order
             expires = self._spent[-1][0]

@@ -231,6 +231,25 @@ def test_steady_average_is_the_limit_less_the_call_latency(rate: float) -> None:
     assert sim.average(2.0, 18.0) >= 0.97 * rate
 
 
+@pytest.mark.parametrize(("rate", "latency"), [(300.0, 0.5), (777.0, 0.3), (99.5, 1.0)])
+def test_a_slow_ses_gets_the_sound_rate_with_bigger_calls(rate: float, latency: float) -> None:
+    # The bound lets a lane send its budget once per (window + latency); with tick-sized calls
+    # and one call at a time, a 0.5-s SES would leave the lanes at 0.6 of that.
+    sim = Sim(rate, 12, random.Random(5), latency=(latency * 0.9, latency * 1.1))
+    sim.run(duration=30.0)
+    assert sim.max_window() <= rate
+    assert sim.average(5.0, 28.0) >= 0.95 * rate / (1.0 + latency)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_no_window_exceeds_the_limit_when_ses_is_slow_and_erratic(seed: int) -> None:
+    rng = random.Random(seed)
+    rate = rng.choice([37.0, 300.0, 2222.0, 3120.0])
+    sim = Sim(rate, 12, rng, latency=(0.01, rng.uniform(0.3, 1.2)), spike=0.1)
+    sim.run(duration=12.0, moves=rng.randint(0, 4))
+    assert sim.max_window() <= rate, (rate, sim.max_window())
+
+
 def test_the_bound_fails_without_counting_a_call_until_after_its_answer() -> None:
     # The simulation can see a violation: count calls from their start only (answer = start).
     class StartOnly(WindowPacer):
