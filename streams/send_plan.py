@@ -14,12 +14,15 @@ schedule.sql, release_due_slots); nothing waits per user.
 - Waves `--waves "recent:30m,rest:2d"`: the tiers in order, each starting when the one before
   it ends; `recent` = opened or clicked within the recent-engagement period, `rest` = everyone
   else (it must come last). A wave is cut into slots of equal width (a minute, at most
-  MAX_WAVE_SLOTS per wave) and a recipient's slot is its user id modulo the wave's slot count,
-  so a wave of dense user ids spreads evenly. `wave_send_after` is the twin of the SQL.
+  MAX_WAVE_SLOTS per wave) and a recipient's slot is a hash of the campaign and user ids
+  (ab_test.assignment_bucket's md5, all 32 bits) modulo the wave's slot count: the modulo of
+  the id itself would leave slots empty when a tier's ids share a pattern (every fifth user,
+  say). `wave_send_after` is the twin of the SQL.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -257,10 +260,17 @@ def is_recent(
     return bool(seen) and max(seen) >= plan.recent_since
 
 
-def wave_send_after(plan: WavePlan, user_id: int, recent: bool) -> datetime:
+def slot_hash(campaign_id: int, user_id: int) -> int:
+    """The first 32 bits of md5("<campaign>:<user>") (the SQL computes the same)."""
+    digest = hashlib.md5(f"{campaign_id}:{user_id}".encode(), usedforsecurity=False).hexdigest()
+    return int(digest[:8], 16)
+
+
+def wave_send_after(plan: WavePlan, campaign_id: int, user_id: int, recent: bool) -> datetime:
     """The SQL's twin (snapshot_recipients): the wave's start plus the user's slot."""
     w = (plan.recent_wave if recent else plan.rest_wave) - 1
-    return plan.starts[w] + timedelta(seconds=(user_id % plan.slots[w]) * plan.widths_s[w])
+    slot = slot_hash(campaign_id, user_id) % plan.slots[w]
+    return plan.starts[w] + timedelta(seconds=slot * plan.widths_s[w])
 
 
 def check_schedule(schedule: Schedule, *, has_variants: bool) -> None:

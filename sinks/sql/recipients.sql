@@ -22,8 +22,8 @@
 -- A scheduled campaign (streams/send_plan.py) passes a plan: zone_names/zone_at (a local
 -- window: the user's zone's send_after, 'infinity' when its window has passed; a zone not in
 -- the plan takes entry 1, the default zone) or wave_* (engagement waves: the user's wave's
--- start plus its slot, user id modulo the wave's slot count; send_plan.wave_send_after is the
--- twin). A row due later than %(now)s is `held`; {order} is "a.send_after, a.id" then, so
+-- start plus its slot, md5("<campaign>:<user>")'s first 32 bits modulo the wave's slot
+-- count; send_plan.wave_send_after is the twin). A row due later than %(now)s is `held`; {order} is "a.send_after, a.id" then, so
 -- each slot is a contiguous seq range, else "a.id". Without a plan send_after stays NULL.
 INSERT INTO {partition} (campaign_id, seq, user_id, email, status, reason, variant, send_after)
 SELECT %(campaign_id)s, row_number() OVER (ORDER BY {order}), a.id, a.email,
@@ -52,7 +52,9 @@ SELECT %(campaign_id)s, row_number() OVER (ORDER BY {order}), a.id, a.email,
                      array_position(%(zone_names)s::text[], coalesce(u.timezone, '')), 1)]
                     WHEN %(wave_starts)s::timestamptz[] IS NOT NULL THEN
                  (SELECT (%(wave_starts)s::timestamptz[])[w.n]
-                         + (u.id %% (%(wave_slots)s::int[])[w.n])
+                         + (('x' || left(md5(%(campaign_id)s::bigint::text || ':'
+                                            || u.id::text), 8))::bit(32)::bigint
+                            %% (%(wave_slots)s::int[])[w.n])
                            * (%(wave_widths)s::float8[])[w.n] * interval '1 second'
                     FROM (SELECT CASE WHEN greatest(u.last_open_at, u.last_click_at)
                                            >= %(recent_since)s::timestamptz

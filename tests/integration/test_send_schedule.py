@@ -220,7 +220,7 @@ def test_waves_send_the_recently_engaged_first_then_the_rest_slot_by_slot(
     cid = create_campaign(s, name="waves", rate=0, schedule=Schedule(waves=waves))
     plan = plan_waves(waves, T0, s.recent_engagement_days)
     due = {
-        u: wave_send_after(plan, u, recent=u <= 80) for u in range(1, users + 1)
+        u: wave_send_after(plan, cid, u, recent=u <= 80) for u in range(1, users + 1)
     }  # the pure twin
     pool = WorkerPool(s, tmp_path)
     pool.start(1)

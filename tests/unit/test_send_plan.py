@@ -138,21 +138,29 @@ def test_wave_plan_spreads_each_wave_over_its_span() -> None:
     assert plan.starts == [NOW, NOW + timedelta(minutes=30)]
     assert (plan.recent_wave, plan.rest_wave) == (1, 2)
     assert plan.recent_since == NOW - timedelta(days=30)
-    recent = [wave_send_after(plan, uid, True) for uid in range(1, 3001)]
-    rest = [wave_send_after(plan, uid, False) for uid in range(1, 9601)]
-    # Wave 1 within its 30 minutes, a minute per slot, evenly (dense ids: 100 per slot).
-    assert min(recent) == NOW and max(recent) == NOW + timedelta(minutes=29)
-    assert set(Counter(recent).values()) == {100}
-    # Wave 2 starts when wave 1 ends and spreads over 2 days in 96 slots of 30 minutes.
-    assert min(rest) == NOW + timedelta(minutes=30)
-    assert max(rest) == NOW + timedelta(minutes=30) + timedelta(minutes=30 * 95)
-    assert set(Counter(rest).values()) == {100}
+    # Every fifth user is recent: a pattern in the ids must not leave slots empty.
+    recent = Counter(wave_send_after(plan, 7, uid, True) for uid in range(5, 15_001, 5))
+    rest = Counter(wave_send_after(plan, 7, uid, False) for uid in range(1, 19_201))
+    # Wave 1: 30 slots a minute apart from the start, ~100 users each.
+    assert sorted(recent) == [NOW + timedelta(minutes=m) for m in range(30)]
+    assert min(recent.values()) >= 60 and max(recent.values()) <= 140, recent
+    # Wave 2 starts when wave 1 ends: 96 slots of 30 minutes over 2 days, ~200 users each.
+    wave2 = NOW + timedelta(minutes=30)
+    assert sorted(rest) == [wave2 + timedelta(minutes=30 * k) for k in range(MAX_WAVE_SLOTS)]
+    assert min(rest.values()) >= 140 and max(rest.values()) <= 260, rest
+
+
+def test_the_slot_hash_depends_on_the_campaign() -> None:
+    plan = plan_waves(parse_waves("rest:1h"), NOW, recent_days=30)
+    a = [wave_send_after(plan, 1, uid, False) for uid in range(1, 200)]
+    b = [wave_send_after(plan, 2, uid, False) for uid in range(1, 200)]
+    assert a != b
 
 
 def test_without_a_recent_wave_everyone_is_in_rest() -> None:
     plan = plan_waves(parse_waves("rest:1h"), NOW, recent_days=30)
     assert (plan.recent_wave, plan.rest_wave) == (1, 1)
-    assert wave_send_after(plan, 7, True) == wave_send_after(plan, 7, False)
+    assert wave_send_after(plan, 3, 7, True) == wave_send_after(plan, 3, 7, False)
 
 
 def test_recent_means_an_open_or_click_since_the_cut_off() -> None:
