@@ -356,7 +356,7 @@ def format_slots(schedule: dict[str, Any] | None, limit: int = 12) -> str:
     for s in open_slots[:limit]:
         lines.append(
             f"    slot {s['slot_at']}  total {s['recipients']:,}  sent {s['sent']:,}  "
-            f"in progress {s['in_progress']:,}  waiting {s['waiting']:,}"
+            f"in progress {s['in_progress']:,}  waiting {s['waiting']:,}  other {s['other']:,}"
         )
     if len(open_slots) > limit:
         lines.append(f"    … {len(open_slots) - limit} more slot(s) (--json lists all)")
