@@ -336,9 +336,11 @@ def format_variants(ab: dict[str, Any] | None) -> str:
     return "\n" + "\n".join(lines)
 
 
-def format_slots(schedule: dict[str, Any] | None, limit: int = 12) -> str:
+def format_slots(
+    schedule: dict[str, Any] | None, limit: int = 12, *, only_open: bool = True
+) -> str:
     """A scheduled campaign's lines of status: the plan, then progress per slot (the first
-    `limit` not finished; --json lists them all)."""
+    `limit` not finished, or every slot; --json lists them all)."""
     if schedule is None:
         return ""
     if schedule.get("local_window"):
@@ -352,7 +354,7 @@ def format_slots(schedule: dict[str, Any] | None, limit: int = 12) -> str:
         f"released, {schedule['waiting']:,} waiting"
         + (f"; unknown zones (sent as the default): {unknown}" if unknown else "")
     ]
-    open_slots = [s for s in schedule["slots"] if s["waiting"] or s["in_progress"]]
+    open_slots = [s for s in schedule["slots"] if s["waiting"] or s["in_progress"] or not only_open]
     for s in open_slots[:limit]:
         lines.append(
             f"    slot {s['slot_at']}  total {s['recipients']:,}  sent {s['sent']:,}  "
