@@ -167,7 +167,7 @@ def zone_or_default(name: str | None, default: ZoneInfo) -> tuple[ZoneInfo, bool
         return default, True
     try:
         return ZoneInfo(name), True
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # a path, a directory, a NUL …
         return default, False
 
 

@@ -99,6 +99,25 @@ def test_plan_zones_counts_unknown_names_and_uses_the_default() -> None:
     assert plan.unknown == {"Mars/Olympus": 3}
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "America",
+        "../../etc/passwd",
+        "/etc/localtime",
+        "a" * 5000,
+        "x\x00y",
+        "Europe/Paris ",
+        "europe/paris",
+        "zone.tab",
+    ],
+)
+def test_any_unknown_zone_name_falls_back_to_the_default(name: str) -> None:
+    plan = plan_zones(parse_window("09:00-11:00", "2026-12-04"), [(name, 1)], "Europe/Paris", NOW)
+    assert plan.send_after[1] == plan.send_after[0]
+    assert plan.unknown == {name: 1}
+
+
 def test_a_bad_default_zone_is_a_clear_error() -> None:
     with pytest.raises(ScheduleError, match="FLASHSEND_DEFAULT_TIMEZONE"):
         load_zone("Nowhere/Atall")
