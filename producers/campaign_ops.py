@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import psycopg
 
@@ -44,7 +45,7 @@ def create_campaign(
     """A draft campaign; with `ab`, an A/B test; with `schedule`, a local-time window or
     engagement waves (each stored in one transaction with it)."""
     if schedule is not None:
-        check_schedule(schedule, has_variants=ab is not None)
+        check_schedule(schedule, has_variants=ab is not None, now=datetime.now(UTC))
         load_zone(settings.default_timezone)  # a bad default zone fails now, not at start
     if ab is not None:
         check_variants(ab.variants)

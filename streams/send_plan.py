@@ -273,7 +273,21 @@ def wave_send_after(plan: WavePlan, campaign_id: int, user_id: int, recent: bool
     return plan.starts[w] + timedelta(seconds=slot * plan.widths_s[w])
 
 
-def check_schedule(schedule: Schedule, *, has_variants: bool) -> None:
+# The last local clock on Earth: UTC-12 (Baker Island); the first is UTC+14.
+LATEST_OFFSET = timedelta(hours=12)
+
+
+def check_schedule(schedule: Schedule, *, has_variants: bool, now: datetime) -> None:
+    """Refuse a plan that cannot be meant: both kinds, an A/B test, or a --date whose window
+    has already ended in every zone (everyone would be skipped)."""
+    w = schedule.window
+    if w is not None and w.date is not None:
+        last_end = datetime.combine(w.date, w.end, UTC) + LATEST_OFFSET
+        if now >= last_end:
+            raise ScheduleError(
+                f"--date {w.date.isoformat()}: the window {w.start:%H:%M}-{w.end:%H:%M} has "
+                "already ended in every time zone"
+            )
     if schedule.window is not None and schedule.waves:
         raise ScheduleError("--local-window and --waves cannot be combined")
     if has_variants:

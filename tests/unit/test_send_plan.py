@@ -192,7 +192,24 @@ def test_recent_means_an_open_or_click_since_the_cut_off() -> None:
 def test_schedule_combinations_refused() -> None:
     w = parse_window("09:00-11:00")
     with pytest.raises(ScheduleError):
-        check_schedule(Schedule(window=w, waves=(Wave("rest", 60.0),)), has_variants=False)
+        check_schedule(Schedule(window=w, waves=(Wave("rest", 60.0),)), has_variants=False, now=NOW)
     with pytest.raises(ScheduleError, match="A/B"):
-        check_schedule(Schedule(window=w), has_variants=True)
-    check_schedule(Schedule(window=w), has_variants=False)
+        check_schedule(Schedule(window=w), has_variants=True, now=NOW)
+    check_schedule(Schedule(window=w), has_variants=False, now=NOW)
+
+
+def test_a_date_whose_window_ended_everywhere_is_refused() -> None:
+    # 09:00-11:00 on 12-03 ends last at UTC-12: 12-03 23:00 UTC; NOW is 12-04 07:30 UTC.
+    with pytest.raises(ScheduleError, match="every time zone"):
+        check_schedule(
+            Schedule(window=parse_window("09:00-11:00", "2026-12-03")), has_variants=False, now=NOW
+        )
+    # On 12-04 it is still 11:00-ish somewhere west: accepted (eastern zones are skipped).
+    check_schedule(
+        Schedule(window=parse_window("09:00-11:00", "2026-12-04")), has_variants=False, now=NOW
+    )
+    edge = datetime(2026, 12, 3, 23, 0, tzinfo=UTC)
+    w = Schedule(window=parse_window("09:00-11:00", "2026-12-03"))
+    check_schedule(w, has_variants=False, now=edge - timedelta(seconds=1))
+    with pytest.raises(ScheduleError):
+        check_schedule(w, has_variants=False, now=edge)
