@@ -29,6 +29,7 @@ from schemas import serde
 from schemas.doorbell import DOORBELL_BATCH_RECORDS, DoorbellWriter
 from sinks import recipient_partitions as partitions
 from sinks.queries import query
+from sinks.schedule_store import ScheduleStore
 from sinks.ses import SesCallFailed, SesSender, make_client
 from sinks.variant_store import VariantStore
 from streams.ab_test import bounds as ab_bounds
@@ -217,7 +218,11 @@ def produce_pending(
             f"(first: {failures[:1]}); run `flashsend campaign start {campaign_id}` again — "
             "re-producing is safe"
         )
-    conn.execute(query("mark_produced"), {"id": campaign_id, "weights": doorbells.recipients})
+    # A scheduled campaign's start produces only the rows due then: their spread over the
+    # partitions is not the campaign's, so its lanes split the rate evenly (weights NULL).
+    scheduled = ScheduleStore(conn).stored(campaign_id) is not None
+    weights = None if scheduled else doorbells.recipients
+    conn.execute(query("mark_produced"), {"id": campaign_id, "weights": weights})
     return produced
 
 

@@ -123,6 +123,11 @@ def test_local_window_releases_each_zone_when_due_and_pause_stops_the_scheduler(
         started = start_campaign(s, cid, now=T0)
         due_now = _users_in(zone_of, DUE_AT_START)
         assert started.produced == len(due_now)  # no doorbell for a row not yet due
+        with psycopg.connect(s.pg_dsn) as conn:
+            weights = conn.execute(
+                "SELECT partition_weights FROM campaigns WHERE id = %s", (cid,)
+            ).fetchone()
+        assert weights == (None,)  # the start's rows are not the campaign's spread: even split
         _settled(s, cid)
         time.sleep(3)  # the workers' reconcile ticks (real clock) release nothing
         rows = _rows(s, cid)
