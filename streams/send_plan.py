@@ -273,6 +273,21 @@ def wave_send_after(plan: WavePlan, campaign_id: int, user_id: int, recent: bool
     return plan.starts[w] + timedelta(seconds=slot * plan.widths_s[w])
 
 
+def schedule_from_flags(
+    local_window: str | None, date: str | None, waves: str | None
+) -> Schedule | None:
+    """The plan given by `--local-window [--date]` or `--waves`, or None (send at start)."""
+    if local_window and waves:
+        raise ScheduleError("--local-window and --waves cannot be combined")
+    if date and not local_window:
+        raise ScheduleError("--date needs --local-window")
+    if local_window:
+        return Schedule(window=parse_window(local_window, date))
+    if waves:
+        return Schedule(waves=parse_waves(waves))
+    return None
+
+
 # The last local clock on Earth: UTC-12 (Baker Island); the first is UTC+14.
 LATEST_OFFSET = timedelta(hours=12)
 

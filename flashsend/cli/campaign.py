@@ -25,7 +25,7 @@ from sinks.promo_store import PromoCounts, PromoStore
 from sinks.schedule_store import ScheduleStore, schedule_summary
 from sinks.variant_store import COUNTED, VariantStore, variants_summary
 from streams.ab_test import WINNER_BY, check_variants, parse_duration, parse_variant
-from streams.send_plan import Schedule, ScheduleError, parse_waves, parse_window
+from streams.send_plan import schedule_from_flags
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -250,15 +250,7 @@ def cmd_create(args: argparse.Namespace) -> int:
             holdout_wait_s=parse_duration(args.holdout_wait),
             winner_by=args.winner_by,
         )
-    schedule = None
-    if args.date and not args.local_window:
-        raise ScheduleError("--date needs --local-window")
-    if args.local_window:
-        schedule = Schedule(window=parse_window(args.local_window, args.date))
-    if args.waves:
-        if schedule is not None:
-            raise ScheduleError("--local-window and --waves cannot be combined")
-        schedule = Schedule(waves=parse_waves(args.waves))
+    schedule = schedule_from_flags(args.local_window, args.date, args.waves)
     cid = create_campaign(
         settings,
         name=args.name,

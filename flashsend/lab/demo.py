@@ -15,7 +15,6 @@ from flashsend.errors import FlashsendError, UsageError
 from flashsend.lab.demo_schedule import (
     POLL_S,
     DemoScheduler,
-    demo_schedule,
     prepare_users,
     schedule_report,
 )
@@ -43,6 +42,7 @@ from sinks.ses import SesSender, make_client
 from sinks.users import seed_users
 from sinks.variant_store import VariantStore, variants_summary
 from streams.ab_test import Variant, choose_winner, winner_due
+from streams.send_plan import schedule_from_flags
 
 PROGRESS_POLL_S = 2.0  # the progress line's refresh
 # A recipient's statuses, each counted in the summary.
@@ -198,7 +198,7 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
             template = PROMO_TEMPLATE
             body = (PROMO_SUBJECT, PROMO_HTML, PROMO_TEXT)
         ab = demo_ab_test(options)
-        schedule = demo_schedule(options.local_window, options.date, options.waves)
+        schedule = schedule_from_flags(options.local_window, options.date, options.waves)
         if schedule is not None:
             prepare_users(settings, schedule, options.users)
         for v in ab.variants if ab else ():

@@ -18,7 +18,7 @@ import psycopg
 from flashsend.settings import Settings
 from producers.reconcile import Reconciler
 from sinks.schedule_store import ScheduleStore, schedule_summary
-from streams.send_plan import Schedule, ScheduleError, parse_waves, parse_window
+from streams.send_plan import Schedule
 
 # Zones the demo spreads its users over (by user id): a day's worth of offsets, one of them
 # unknown on purpose (counted, sent as the default zone).
@@ -33,18 +33,6 @@ DEMO_ZONES = (
     "Mars/Olympus_Mons",
 )
 POLL_S = 0.3  # the demo's poll while a scheduled campaign runs: a slot a few polls long
-
-
-def demo_schedule(local_window: str | None, date: str | None, waves: str | None) -> Schedule | None:
-    if local_window and waves:
-        raise ScheduleError("--local-window and --waves cannot be combined")
-    if date and not local_window:
-        raise ScheduleError("--date needs --local-window")
-    if local_window:
-        return Schedule(window=parse_window(local_window, date))
-    if waves:
-        return Schedule(waves=parse_waves(waves))
-    return None
 
 
 def prepare_users(settings: Settings, schedule: Schedule, users: int) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psycopg
 
+from flashsend.lab.demo import DemoOptions, run_demo
 from flashsend.lab.feedback_run import wait_for
 from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
@@ -253,3 +254,24 @@ def test_waves_send_the_recently_engaged_first_then_the_rest_slot_by_slot(
         )
     finally:
         pool.stop()
+
+
+def test_demo_local_window_reports_its_slots(settings: Settings) -> None:
+    """`flashsend demo --local-window` end to end (its compressed clock releases each slot)."""
+    summary = run_demo(
+        settings,
+        DemoOptions(
+            users=2_000, rate=0, workers=1, show_progress=False, local_window="09:00-11:00"
+        ),
+        log=lambda *_: None,
+    )
+    assert "error" not in summary, summary
+    slots = summary["slots"]
+    assert len(slots) >= 6  # the demo's zones open at six or more distinct UTC times
+    assert sum(x["recipients"] for x in slots) == summary["recipients"]
+    assert sum(x["sent"] for x in slots) == summary["sent"] == summary["accepted_by_ses"] > 0
+    assert all(x["waiting"] == 0 for x in slots)
+    unknown = summary["schedule"]["unknown_timezones"]
+    assert list(unknown) == ["Mars/Olympus_Mons"] and 0 < unknown["Mars/Olympus_Mons"] <= 250
+    assert summary["clock_jumps"] >= len(slots) - 1
+    assert summary["duplicates"] == 0 and summary["status"] == "done"

@@ -22,6 +22,7 @@ from streams.send_plan import (
     parse_window,
     plan_waves,
     plan_zones,
+    schedule_from_flags,
     wave_send_after,
     window_send_after,
 )
@@ -213,3 +214,14 @@ def test_a_date_whose_window_ended_everywhere_is_refused() -> None:
     check_schedule(w, has_variants=False, now=edge - timedelta(seconds=1))
     with pytest.raises(ScheduleError):
         check_schedule(w, has_variants=False, now=edge)
+
+
+def test_schedule_from_flags() -> None:
+    assert schedule_from_flags(None, None, None) is None
+    window = schedule_from_flags("09:00-11:00", "2026-12-05", None)
+    assert window == Schedule(window=parse_window("09:00-11:00", "2026-12-05"))
+    assert schedule_from_flags(None, None, "rest:1h") == Schedule(waves=(Wave("rest", 3600.0),))
+    with pytest.raises(ScheduleError, match="needs --local-window"):
+        schedule_from_flags(None, "2026-12-05", None)
+    with pytest.raises(ScheduleError, match="cannot be combined"):
+        schedule_from_flags("09:00-11:00", None, "rest:1h")
