@@ -79,6 +79,10 @@ class Settings(BaseSettings):
     # Recipients/s of the SES account's MaxSendRate kept free for transactional mail.
     transactional_reserve: float = 50.0
     audience_condition: str = "u.status = 'active' AND u.marketing_opt_in"
+    # Scheduled sending: the zone of a user without users.timezone (or with an unknown one)
+    # for --local-window, and how recent an open or click puts a user in --waves' `recent`.
+    default_timezone: str = "UTC"
+    recent_engagement_days: float = 30.0
 
     # Sender tuning.
     batch_size: int = 50

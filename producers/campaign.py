@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -22,11 +23,13 @@ from flashsend.deliverability import check_separation
 from flashsend.errors import FlashsendError, NotFound, UsageError
 from flashsend.settings import Settings
 from producers.doorbells import DoorbellProducer
+from producers.send_schedule import NO_PLAN, SnapshotPlan, plan_snapshot, record_plan
 from producers.topics import Replication, ensure_topics
 from schemas import serde
 from schemas.doorbell import DOORBELL_BATCH_RECORDS, DoorbellWriter
 from sinks import recipient_partitions as partitions
 from sinks.queries import query
+from sinks.schedule_store import ScheduleStore
 from sinks.ses import SesCallFailed, SesSender, make_client
 from sinks.variant_store import VariantStore
 from streams.ab_test import bounds as ab_bounds
@@ -105,8 +108,11 @@ def preflight(
     return rate
 
 
-def snapshot(conn: psycopg.Connection, campaign_id: int, audience: str) -> int:
+def snapshot(
+    conn: psycopg.Connection, campaign_id: int, audience: str, plan: SnapshotPlan | None = None
+) -> int:
     """Snapshot the audience into campaign_recipients in one transaction; returns row count.
+    With a scheduled `plan`, rows not yet due are held in slots (producers.send_schedule).
 
     The transaction begins by moving the campaign out of `draft` (a conditional UPDATE): that
     row lock makes a concurrent or repeated start find nothing to do, and a snapshot that
@@ -118,8 +124,10 @@ def snapshot(conn: psycopg.Connection, campaign_id: int, audience: str) -> int:
         ab = VariantStore(conn).state(campaign_id)
         variants = ab.variants if ab is not None else []
         names = [v.name for v in variants] or None
+        plan = plan or SnapshotPlan({**NO_PLAN, "now": datetime.now(UTC)})
         snapshot_args = {
             **args,
+            **plan.params,
             "variant_names": names,
             "variant_bounds": ab_bounds(variants) if names else None,
         }
@@ -129,9 +137,10 @@ def snapshot(conn: psycopg.Connection, campaign_id: int, audience: str) -> int:
         conn.execute("SET LOCAL maintenance_work_mem = '256MB'")
         table = partitions.create_detached(conn, campaign_id)
         stmt = sql.SQL(query("snapshot_recipients")).format(
-            audience=sql.SQL(audience), partition=table
+            audience=sql.SQL(audience), partition=table, order=plan.order
         )
         count = conn.execute(stmt, snapshot_args).rowcount
+        record_plan(conn, plan, table, campaign_id)
         conn.execute(sql.SQL(query("count_snapshot")).format(partition=table), args)
         # Statistics before any worker plans against the new rows (they become visible
         # together at commit). Without them, the planner took record_results through every
@@ -209,7 +218,11 @@ def produce_pending(
             f"(first: {failures[:1]}); run `flashsend campaign start {campaign_id}` again — "
             "re-producing is safe"
         )
-    conn.execute(query("mark_produced"), {"id": campaign_id, "weights": doorbells.recipients})
+    # A scheduled campaign's start produces only the rows due then: their spread over the
+    # partitions is not the campaign's, so its lanes split the rate evenly (weights NULL).
+    scheduled = ScheduleStore(conn).stored(campaign_id) is not None
+    weights = None if scheduled else doorbells.recipients
+    conn.execute(query("mark_produced"), {"id": campaign_id, "weights": weights})
     return produced
 
 
@@ -219,7 +232,9 @@ def start_campaign(
     *,
     progress: Progress | None = None,
     skip_preflight: bool = False,
+    now: datetime | None = None,
 ) -> StartResult:
+    """`now` (default: the clock) is when a scheduled campaign's plan counts from."""
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         row = conn.execute(query("get_campaign"), {"id": campaign_id}).fetchone()
         if row is None:
@@ -245,7 +260,8 @@ def start_campaign(
                         (effective, campaign_id),
                     )
             t0 = time.monotonic()
-            recipients = snapshot(conn, campaign_id, audience)
+            plan = plan_snapshot(settings, conn, campaign_id, audience, now or datetime.now(UTC))
+            recipients = snapshot(conn, campaign_id, audience, plan)
             snapshot_s = time.monotonic() - t0
             already = False
         elif status in ("sending", "paused") and produced_at is None:

@@ -1,11 +1,12 @@
 """Campaign operations shared by the command line and the lab: create a campaign (an A/B test
-too), pause, resume or cancel it, promote an A/B test's winner, and the demo template every
-local run uses."""
+or a scheduled one too), pause, resume or cancel it, promote an A/B test's winner, and the
+demo template every local run uses."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import psycopg
 
@@ -13,8 +14,10 @@ from flashsend.deliverability import event_types
 from flashsend.errors import UsageError
 from flashsend.settings import Settings
 from sinks.campaign_store import CampaignStore
+from sinks.schedule_store import ScheduleStore
 from sinks.variant_store import VariantStore
 from streams.ab_test import DEFAULT_HOLDOUT_WAIT_S, Variant, check_variants, missing_event_type
+from streams.send_plan import Schedule, check_schedule, load_zone
 
 DEFAULT_TEMPLATE = "flash_sale"
 DEFAULT_SUBJECT = "{{first_name}}, the flash sale starts now"
@@ -37,8 +40,13 @@ def create_campaign(
     configuration_set: str | None = None,
     audience: str | None = None,
     ab: AbTest | None = None,
+    schedule: Schedule | None = None,
 ) -> int:
-    """A draft campaign; with `ab`, an A/B test (created in one transaction with it)."""
+    """A draft campaign; with `ab`, an A/B test; with `schedule`, a local-time window or
+    engagement waves (each stored in one transaction with it)."""
+    if schedule is not None:
+        check_schedule(schedule, has_variants=ab is not None, now=datetime.now(UTC))
+        load_zone(settings.default_timezone)  # a bad default zone fails now, not at start
     if ab is not None:
         check_variants(ab.variants)
         problem = missing_event_type(ab.winner_by, event_types(settings))
@@ -55,6 +63,8 @@ def create_campaign(
         )
         if ab is not None:
             VariantStore(conn).set_variants(cid, ab.variants, ab.holdout_wait_s, ab.winner_by)
+        if schedule is not None:
+            ScheduleStore(conn).set_schedule(cid, schedule)
         return cid
 
 

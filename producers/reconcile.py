@@ -7,7 +7,9 @@ hold after any incident. Safe at any time, any number of times, concurrently:
    the end of every partition) → produced again: their message is gone;
 4. an A/B test whose holdout wait is over → its winner is set and the holdout produced
    (producers.ab_winner);
-5. nothing pending, sending or held → the campaign is `done`.
+5. a scheduled campaign's slots that have come due (by the reconciler's clock) → released
+   and produced (producers.send_schedule);
+6. nothing pending, sending or held → the campaign is `done`.
 
 Run by `flashsend campaign reconcile ID` and on a timer by every worker while a campaign is
 sending. Duplicate doorbells are harmless: claims are conditional.
@@ -16,7 +18,7 @@ sending. Duplicate doorbells are harmless: claims are conditional.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -28,6 +30,7 @@ from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
 from producers.ab_winner import decide
 from producers.doorbells import DoorbellProducer
+from producers.send_schedule import release_due
 from schemas import serde
 from schemas.doorbell import DOORBELL_BATCH_RECORDS, DoorbellWriter
 from sinks.campaign_store import CampaignStore
@@ -48,9 +51,14 @@ class ReconcileResult:
         return self.__dict__.copy()
 
 
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
 class Reconciler:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, clock: Callable[[], datetime] = utc_now) -> None:
         self.settings = settings
+        self.clock = clock  # when the A/B wait ends and schedule slots come due
         self._expired_at: dict[int, float] = {}
         self._watermarks: Consumer | None = None
         self._codec = serde.codec(settings, "campaign_recipient")
@@ -183,7 +191,7 @@ class Reconciler:
         status, produced_at = row
         # Each step below scans the campaign's rows, so each runs only when the counters say
         # it has something to do.
-        pending, sending, flagged, _ = self._counts(conn, campaign_id)
+        pending, sending, flagged, held = self._counts(conn, campaign_id)
         if status == "cancelled" and pending:
             # A lane may have released rows as pending just after the cancel ran.
             CampaignStore(conn).cancel_pending(campaign_id)  # retried on deadlock
@@ -193,10 +201,13 @@ class Reconciler:
         requeued = orphans = 0
         winner: str | None = None
         if status == "sending" and produced_at is not None:
-            decided = decide(conn, campaign_id, datetime.now(UTC))
+            now = self.clock()
+            decided = decide(conn, campaign_id, now)
             if decided is not None and decided.won:
                 winner = decided.variant
                 flagged += decided.released
+            elif held:
+                flagged += release_due(conn, campaign_id, now)
             rows = conn.execute(query("take_requeue"), params).fetchall() if flagged else []
             if rows:
                 try:
@@ -233,11 +244,14 @@ class Reconciler:
         return ReconcileResult(campaign_id, expired, requeued, orphans, done, winner=winner)
 
 
-def requeue_after_resume(settings: Settings, campaign_id: int) -> int:
+def requeue_after_resume(
+    settings: Settings, campaign_id: int, clock: Callable[[], datetime] = utc_now
+) -> int:
     """After `resume`: produce doorbells again for the rows that lost theirs while the campaign
     was paused (consumed and flagged `requeue` by a claim, or released from a lane), and for
-    any lost otherwise. Rows whose doorbell is still in Kafka simply get it consumed. Returns
-    how many doorbells were produced."""
-    with Reconciler(settings) as reconciler:
+    any lost otherwise, and for a scheduled campaign's slots that came due meanwhile. Rows
+    whose doorbell is still in Kafka simply get it consumed. Returns how many doorbells were
+    produced."""
+    with Reconciler(settings, clock) as reconciler:
         result = reconciler.reconcile(campaign_id, wait=True)
     return result.requeued + result.orphans

@@ -22,8 +22,10 @@ from producers.campaign_ops import (
 )
 from sinks.campaign_store import CampaignStore
 from sinks.promo_store import PromoCounts, PromoStore
+from sinks.schedule_store import ScheduleStore, schedule_summary
 from sinks.variant_store import COUNTED, VariantStore, variants_summary
 from streams.ab_test import WINNER_BY, check_variants, parse_duration, parse_variant
+from streams.send_plan import schedule_from_flags
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -62,7 +64,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "template; `campaign promote ID VARIANT` picks the winner by hand at any time before. "
         "Automatic winners need the SES Open/Click events: FLASHSEND_SES_EVENT_TYPES must "
         "include them. Example: flashsend campaign create --name sale --variant A=sale_a:10 "
-        "--variant B=sale_b:10 --holdout-wait 2h --winner-by clicks",
+        "--variant B=sale_b:10 --holdout-wait 2h --winner-by clicks. "
+        "Scheduled sending: --local-window 09:00-11:00 [--date 2026-12-05] sends each "
+        "recipient at the window's start in their users.timezone (now, if inside it); "
+        "--waves recent:30m,rest:2d sends those who opened or clicked recently first, "
+        "spread over 30 minutes, then everyone else spread over 2 days. Rows not yet due wait "
+        "`held`; the workers release each slot when it comes due. Example: flashsend campaign "
+        "create --name morning --local-window 09:00-11:00 --date 2026-12-05",
     )
     p.add_argument("--name", required=True, help="a name for people (shown by status/report)")
     p.add_argument(
@@ -113,6 +121,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="clicks",
         help="unique clicks or opens per delivered mail, or manual (only `campaign promote`); "
         "default %(default)s",
+    )
+    p.add_argument(
+        "--local-window",
+        metavar="HH:MM-HH:MM",
+        help="send at this local time in each recipient's zone (users.timezone; none or an "
+        "unknown name: FLASHSEND_DEFAULT_TIMEZONE, default UTC): each recipient is due at "
+        "the window's start in their zone, or at once while their window is on; "
+        "e.g. 09:00-11:00",
+    )
+    p.add_argument(
+        "--date",
+        metavar="YYYY-MM-DD",
+        help="the local date of --local-window; a zone whose window already ended that date "
+        "is skipped (reason window_passed). Default: each zone's next window (today's if "
+        "not ended, else tomorrow's)",
+    )
+    p.add_argument(
+        "--waves",
+        metavar="TIER:DURATION,...",
+        help="engagement waves in order, each spread over its duration and starting when the "
+        "one before ends: `recent` (opened or clicked within FLASHSEND_RECENT_ENGAGEMENT_DAYS, "
+        "default 30) then `rest` (everyone else, last); e.g. recent:30m,rest:2d",
     )
     p.set_defaults(func=cmd_create)
 
@@ -220,6 +250,7 @@ def cmd_create(args: argparse.Namespace) -> int:
             holdout_wait_s=parse_duration(args.holdout_wait),
             winner_by=args.winner_by,
         )
+    schedule = schedule_from_flags(args.local_window, args.date, args.waves)
     cid = create_campaign(
         settings,
         name=args.name,
@@ -229,6 +260,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         configuration_set=args.configuration_set,
         audience=args.audience,
         ab=ab,
+        schedule=schedule,
     )
     print(cid)
     return 0
@@ -296,6 +328,35 @@ def format_variants(ab: dict[str, Any] | None) -> str:
     return "\n" + "\n".join(lines)
 
 
+def format_slots(
+    schedule: dict[str, Any] | None, limit: int = 12, *, only_open: bool = True
+) -> str:
+    """A scheduled campaign's lines of status: the plan, then progress per slot (the first
+    `limit` not finished, or every slot; --json lists them all)."""
+    if schedule is None:
+        return ""
+    if schedule.get("local_window"):
+        w = schedule["local_window"]
+        plan = f"local window {w['start']}-{w['end']} {w['date'] or '(next per zone)'}"
+    else:
+        plan = "waves " + ",".join(f"{w['tier']}:{w['span_s']:g}s" for w in schedule["waves"])
+    unknown = schedule.get("unknown_timezones") or {}
+    lines = [
+        f"  schedule: {plan}; {schedule['slots_released']}/{len(schedule['slots'])} slot(s) "
+        f"released, {schedule['waiting']:,} waiting"
+        + (f"; unknown zones (sent as the default): {unknown}" if unknown else "")
+    ]
+    open_slots = [s for s in schedule["slots"] if s["waiting"] or s["in_progress"] or not only_open]
+    for s in open_slots[:limit]:
+        lines.append(
+            f"    slot {s['slot_at']}  total {s['recipients']:,}  sent {s['sent']:,}  "
+            f"in progress {s['in_progress']:,}  waiting {s['waiting']:,}  other {s['other']:,}"
+        )
+    if len(open_slots) > limit:
+        lines.append(f"    … {len(open_slots) - limit} more slot(s) (--json lists all)")
+    return "\n" + "\n".join(lines)
+
+
 def _set_aside(p: Any) -> str:
     """What the snapshot skipped, when the campaign row says (older campaigns do not)."""
     duplicates, invalid = p["duplicate_addresses"], p["invalid_addresses"]
@@ -314,6 +375,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             promo = PromoStore(conn).counts(args.id)
             query_ms = (time.perf_counter() - began) * 1000
             ab = variants_summary(VariantStore(conn), args.id)
+            schedule = schedule_summary(ScheduleStore(conn), args.id)
             if args.json:
                 out = {
                     **progress.as_dict(),
@@ -322,12 +384,15 @@ def cmd_status(args: argparse.Namespace) -> int:
                 }
                 if ab is not None:
                     out["ab_test"] = ab
+                if schedule is not None:
+                    out["schedule"] = schedule
                 print(json.dumps(out, default=str))
             else:
                 print(
                     format_status(progress, promo)
                     + f"  (query {query_ms:.0f} ms)"
                     + format_variants(ab)
+                    + format_slots(schedule)
                 )
             if not args.watch or progress.finished or progress["status"] in ("cancelled", "done"):
                 return 0

@@ -9,13 +9,14 @@ from typing import Any
 
 import psycopg
 
-from flashsend.cli.campaign import format_variants
+from flashsend.cli.campaign import format_slots, format_variants
 from flashsend.errors import UsageError
 from flashsend.settings import load_settings
 from sinks.campaign_store import CampaignStore
 from sinks.promo_store import PromoStore
 from sinks.queries import query
 from sinks.resolution_store import UnknownRowsStore
+from sinks.schedule_store import ScheduleStore, schedule_summary
 from sinks.variant_store import VariantStore, variants_summary
 from streams.resolution import in_doubt_summary
 
@@ -211,10 +212,12 @@ def campaign_report(
     rate = conn.execute(query("report_rate"), {"id": campaign_id, "bucket_s": bucket_s}).fetchall()
     promo = PromoStore(conn).counts(campaign_id)
     ab = variants_summary(VariantStore(conn), campaign_id)
+    schedule = schedule_summary(ScheduleStore(conn), campaign_id)
     return {
         "campaign": progress,
         "promo_codes": None if promo is None else promo.as_dict(),
         **({"ab_test": ab} if ab is not None else {}),
+        **({"schedule": schedule} if schedule is not None else {}),
         "by_status_reason": [{"status": s, "reason": r or None, "count": n} for s, r, n in reasons],
         "in_doubt": in_doubt_summary(reasons, UnknownRowsStore(conn).resends(campaign_id)),
         "rate_over_time": [{"t_s": b * bucket_s, "per_s": round(n / bucket_s, 1)} for b, n in rate],
@@ -237,6 +240,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"  promo codes: {p['promo_codes_issued']:,} issued, {p['promo_codes_left']:,} left")
     if "ab_test" in report:
         print(format_variants(report["ab_test"]).lstrip("\n"))
+    if "schedule" in report:
+        print(format_slots(report["schedule"], limit=1_000, only_open=False).lstrip("\n"))
     print("  status / reason:")
     for row in report["by_status_reason"]:
         print(f"    {row['status']:<10} {row['reason'] or '':<40} {row['count']:>10,}")

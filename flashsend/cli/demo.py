@@ -23,8 +23,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--holdout-wait has passed, the demo promotes the winner (by clicks counted so far; "
         "a tie goes to A) and the rest gets its template. The summary then has `variants` "
         "(per-variant sent, delivered, bounced, complained, opened, clicked) and `winner`. "
+        "With --local-window (users get time zones from a fixed list, one unknown) or --waves "
+        "(every fifth user opened 3 days ago) the campaign is scheduled; the demo's clock "
+        "jumps to the next slot once the released ones are sent, so a day's plan runs in "
+        "seconds with the real workers and the real release statement. The summary then has "
+        "`slots` (each slot's time, recipients, sent, waiting) and `schedule`. "
         "Example: flashsend demo --users 60000 --rate 777 --json; "
-        "flashsend demo --users 20000 --rate 0 --variants 2 --json",
+        "flashsend demo --users 20000 --rate 0 --variants 2 --json; "
+        "flashsend demo --users 20000 --rate 2000 --local-window 09:00-11:00 --json",
     )
     p.add_argument("--users", type=int, default=1_000_000, help="users to seed (default 1M)")
     p.add_argument(
@@ -62,6 +68,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "in our rows and at the SES stand-in: each code to one address, one code per address)",
     )
     p.add_argument(
+        "--local-window",
+        metavar="HH:MM-HH:MM",
+        help="schedule the campaign at this local time in each user's zone (default: none)",
+    )
+    p.add_argument("--date", metavar="YYYY-MM-DD", help="with --local-window: its local date")
+    p.add_argument(
+        "--waves",
+        metavar="TIER:DURATION,...",
+        help="engagement waves, e.g. recent:30m,rest:2d (default: none)",
+    )
+    p.add_argument(
         "--json",
         action="store_true",
         help="print the summary as one JSON object on the last line of stdout",
@@ -86,6 +103,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 promo_codes=args.promo_codes,
                 variants=args.variants,
                 holdout_wait_s=parse_duration(args.holdout_wait),
+                local_window=args.local_window,
+                date=args.date,
+                waves=args.waves,
             ),
         )
     if args.json:

@@ -12,6 +12,12 @@ from typing import Any
 import psycopg
 
 from flashsend.errors import FlashsendError, UsageError
+from flashsend.lab.demo_schedule import (
+    POLL_S,
+    DemoScheduler,
+    prepare_users,
+    schedule_report,
+)
 from flashsend.lab.run import StartedCampaigns, error_text, finish_run
 from flashsend.lab.workers import WorkerPool, wait_joined
 from flashsend.progress import ProgressLine
@@ -36,6 +42,7 @@ from sinks.ses import SesSender, make_client
 from sinks.users import seed_users
 from sinks.variant_store import VariantStore, variants_summary
 from streams.ab_test import Variant, choose_winner, winner_due
+from streams.send_plan import schedule_from_flags
 
 PROGRESS_POLL_S = 2.0  # the progress line's refresh
 # A recipient's statuses, each counted in the summary.
@@ -52,6 +59,9 @@ class DemoOptions:
     promo_codes: bool = False  # a pool of one code per user, {{promo_code}} in the template
     variants: int = 0  # an A/B test of this many variants (0: none)
     holdout_wait_s: float = 5.0
+    local_window: str | None = None  # e.g. "09:00-11:00": users get zones (demo_schedule)
+    date: str | None = None
+    waves: str | None = None  # e.g. "recent:30m,rest:2d"
 
 
 # The demo's A/B test: each variant 10 % of the audience, its own template (the subject
@@ -173,6 +183,7 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
     summary: dict[str, Any] = {"campaign_id": None, "rate_limit": options.rate}
     pool = WorkerPool(settings, settings.state_dir / "logs")
     failure: BaseException | None = None
+    decider: DemoAbTest | DemoScheduler | None = None
     began = time.monotonic()
     try:
         seed_s = ensure_users(settings, options.users)
@@ -187,6 +198,9 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
             template = PROMO_TEMPLATE
             body = (PROMO_SUBJECT, PROMO_HTML, PROMO_TEXT)
         ab = demo_ab_test(options)
+        schedule = schedule_from_flags(options.local_window, options.date, options.waves)
+        if schedule is not None:
+            prepare_users(settings, schedule, options.users)
         for v in ab.variants if ab else ():
             ses.put_template(v.template, f"[{v.name}] {body[0]}", body[1], body[2])
         # The audience is the first N users, so --users means the same on a bigger database.
@@ -199,6 +213,7 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
                 rate=options.rate,
                 audience=audience,
                 ab=ab,
+                schedule=schedule,
             )
         )
         summary["campaign_id"] = campaign_id
@@ -207,6 +222,8 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
             create_pool(settings, campaign_id, options.users)  # the audience is at most that
             log(f"promo pool: {options.users:,} codes in {time.monotonic() - pool_began:.1f}s")
         decider = DemoAbTest(settings, campaign_id, log) if ab else None
+        if schedule is not None:
+            decider = DemoScheduler(settings, campaign_id, log)
         pool.start(options.workers)
         # Started together, the workers would rebalance in the campaign's first seconds (a
         # moved partition holds its sends a second): the figures are the steady state's.
@@ -231,10 +248,14 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
         summary["snapshot_s"] = round(start.snapshot_s, 2)
         summary["produce_s"] = round(start.produce_s, 2)
         wait_until_finished(settings, campaign_id, pool, options, began, decider)
+        if isinstance(decider, DemoScheduler):
+            summary["clock_jumps"] = decider.jumps
     except (Exception, KeyboardInterrupt) as exc:
         failure = exc
     finally:
         pool.stop()
+        if isinstance(decider, DemoScheduler):
+            decider.close()
     summary["elapsed_s"] = round(time.monotonic() - began, 2)
     summary = finish_run(summary, started, failure, log)
     if summary["campaign_id"] is not None:
@@ -268,9 +289,9 @@ def _final_counts(
     )
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         ab = variants_summary(VariantStore(conn), campaign_id)
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = schedule_report(settings, campaign_id)
     if ab is not None:
-        extra = {
+        extra |= {
             "variants": ab["variants"],
             "winner": ab["winner"],
             "winner_reason": ab["winner_reason"],
@@ -295,7 +316,7 @@ def wait_until_finished(
     pool: WorkerPool,
     options: DemoOptions,
     began: float,
-    decider: DemoAbTest | None = None,
+    decider: DemoAbTest | DemoScheduler | None = None,
 ) -> Any:
     bar = ProgressLine(f"campaign {campaign_id} send   ") if options.show_progress else None
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
@@ -320,7 +341,7 @@ def wait_until_finished(
                 raise FlashsendError(f"all workers exited; see {pool.log_dir}")
             if time.monotonic() - began > options.timeout_s:
                 break
-            time.sleep(PROGRESS_POLL_S)
+            time.sleep(POLL_S if isinstance(decider, DemoScheduler) else PROGRESS_POLL_S)
     if bar:
         bar.update(progress.terminal, progress.total, f"{progress.send_rate:,.0f}/s", force=True)
         bar.close()

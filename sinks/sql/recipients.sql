@@ -19,14 +19,24 @@
 -- md5("<campaign>:<user>") mod 10,000 (ab_test.assignment_bucket is the twin); a user in no
 -- variant is `held` until a winner is set. Without variants (NULL) the CASE never computes
 -- the bucket.
-INSERT INTO {partition} (campaign_id, seq, user_id, email, status, reason, variant)
-SELECT %(campaign_id)s, row_number() OVER (ORDER BY a.id), a.id, a.email,
+-- A scheduled campaign (streams/send_plan.py) passes a plan: zone_names/zone_at (a local
+-- window: the user's zone's send_after, 'infinity' when its window has passed; a zone not in
+-- the plan takes entry 1, the default zone) or wave_* (engagement waves: the user's wave's
+-- start plus its slot, md5("<campaign>:<user>")'s first 32 bits modulo the wave's slot
+-- count; send_plan.wave_send_after is the twin). A row due later than %(now)s is `held`; {order} is "a.send_after, a.id" then, so
+-- each slot is a contiguous seq range, else "a.id". Without a plan send_after stays NULL.
+INSERT INTO {partition} (campaign_id, seq, user_id, email, status, reason, variant, send_after)
+SELECT %(campaign_id)s, row_number() OVER (ORDER BY {order}), a.id, a.email,
        CASE WHEN NOT (a.email_ok AND a.nth = 1) THEN 'skipped'
             WHEN %(variant_names)s::text[] IS NOT NULL AND a.variant IS NULL THEN 'held'
+            WHEN a.send_after = 'infinity' THEN 'skipped'
+            WHEN a.send_after > %(now)s::timestamptz THEN 'held'
             ELSE 'pending' END,
        CASE WHEN NOT a.email_ok THEN 'invalid_email'
-            WHEN a.nth > 1 THEN 'duplicate_address' END,
-       a.variant
+            WHEN a.nth > 1 THEN 'duplicate_address'
+            WHEN a.send_after = 'infinity' THEN 'window_passed' END,
+       a.variant,
+       CASE WHEN a.send_after < 'infinity' THEN a.send_after END
   FROM (SELECT u.id, u.email, u.email_ok,
                row_number() OVER (PARTITION BY u.email_key ORDER BY u.email_ok DESC, u.id) AS nth,
                CASE WHEN %(variant_names)s::text[] IS NOT NULL THEN
@@ -36,7 +46,21 @@ SELECT %(campaign_id)s, row_number() OVER (ORDER BY a.id), a.id, a.email,
                    WHERE ('x' || left(md5(%(campaign_id)s::bigint::text || ':' || u.id::text), 8))
                          ::bit(32)::bigint %% 10000 < v.upper
                    ORDER BY v.upper LIMIT 1)
-               END AS variant
+               END AS variant,
+               CASE WHEN %(zone_names)s::text[] IS NOT NULL THEN
+                 (%(zone_at)s::timestamptz[])[coalesce(
+                     array_position(%(zone_names)s::text[], coalesce(u.timezone, '')), 1)]
+                    WHEN %(wave_starts)s::timestamptz[] IS NOT NULL THEN
+                 (SELECT (%(wave_starts)s::timestamptz[])[w.n]
+                         + (('x' || left(md5(%(campaign_id)s::bigint::text || ':'
+                                            || u.id::text), 8))::bit(32)::bigint
+                            %% (%(wave_slots)s::int[])[w.n])
+                           * (%(wave_widths)s::float8[])[w.n] * interval '1 second'
+                    FROM (SELECT CASE WHEN greatest(u.last_open_at, u.last_click_at)
+                                           >= %(recent_since)s::timestamptz
+                                      THEN %(recent_wave)s::int ELSE %(rest_wave)s::int END
+                         ) AS w(n))
+               END AS send_after
           FROM users u
          WHERE ({audience})
            AND NOT EXISTS (SELECT 1 FROM email_suppressions s WHERE s.email = u.email_key)) a;
