@@ -14,8 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+import psycopg
+
+from flashsend.errors import FlashsendError
+from sinks.queries import query
 from sinks.ses import SesSender
+
+
+class QuotaExceeded(FlashsendError):
+    """The campaign does not fit the 24-hour SES quota."""
 
 
 @dataclass(frozen=True)
@@ -80,3 +89,22 @@ def verdict(needed: int, held_by_others: int, quota: DailyQuota) -> QuotaVerdict
 def read_daily_quota(ses: SesSender) -> DailyQuota:
     """GetAccount's SendQuota; raises SesCallFailed like every SES call."""
     return DailyQuota.from_send_quota(ses.get_send_quota())
+
+
+def check_snapshot(conn: psycopg.Connection[Any], campaign_id: int, quota: DailyQuota) -> None:
+    """Run in the snapshot's transaction once its rows are counted: raises QuotaExceeded
+    (which rolls the snapshot back, leaving the campaign a draft) when they do not fit.
+
+    What the campaign needs is the snapshot's own count of rows to send (pending, and an A/B
+    test's held holdout): the audience after duplicate and invalid addresses are set aside,
+    so nobody is counted who will not get the mail (suppressed addresses are still counted:
+    they are skipped at claim time, which errs on the safe side)."""
+    if quota.unlimited:
+        return
+    counts = conn.execute(query("pending_count"), {"campaign_id": campaign_id}).fetchone()
+    needed = int(counts[0]) + int(counts[3]) if counts else 0
+    conn.execute(query("lock_quota"))
+    row = conn.execute(query("quota_held_by_others"), {"id": campaign_id}).fetchone()
+    result = verdict(needed, int(row[0]) if row else 0, quota)
+    if not result.fits:
+        raise QuotaExceeded(result.refusal())
