@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "a tie goes to A) and the rest gets its template. The summary then has `variants` "
         "(per-variant sent, delivered, bounced, complained, opened, clicked) and `winner`. "
         "Example: flashsend demo --users 60000 --rate 777 --json; "
-        "flashsend demo --users 20000 --rate 0 --variants 2 --json",
+        "flashsend demo --users 20000 --rate 0 --variants 2 --json; "
+        'flashsend demo --users 20000 --ramp "0:200,10s:600" --json',
     )
     p.add_argument("--users", type=int, default=1_000_000, help="users to seed (default 1M)")
     p.add_argument(
@@ -47,6 +48,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="DURATION",
         help="with --variants: wait this long after the snapshot before promoting the "
         "winner (default %(default)s)",
+    )
+    p.add_argument(
+        "--ramp",
+        default=None,
+        metavar="OFFSET:RATE,…",
+        help='send through a rate ramp, e.g. "0:100,5s:300" (see campaign create --ramp; '
+        "without --rate the highest step is the limit); the summary's `ramp` gives each "
+        "step's busiest sliding second at the stand-in",
     )
     p.add_argument(
         "--timeout",
@@ -86,6 +95,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 promo_codes=args.promo_codes,
                 variants=args.variants,
                 holdout_wait_s=parse_duration(args.holdout_wait),
+                ramp=args.ramp or "",
             ),
         )
     if args.json:

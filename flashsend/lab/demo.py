@@ -5,6 +5,7 @@ and the busiest sliding second are measured at the provider, not trusted from ou
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import psycopg
 
 from flashsend.errors import FlashsendError, UsageError
+from flashsend.lab.ramp_figures import bucket_ms, step_windows
 from flashsend.lab.run import StartedCampaigns, error_text, finish_run
 from flashsend.lab.workers import WorkerPool, wait_joined
 from flashsend.progress import ProgressLine
@@ -36,6 +38,7 @@ from sinks.ses import SesSender, make_client
 from sinks.users import seed_users
 from sinks.variant_store import VariantStore, variants_summary
 from streams.ab_test import Variant, choose_winner, winner_due
+from streams.ramp import RampStep, format_ramp, parse_ramp
 
 PROGRESS_POLL_S = 2.0  # the progress line's refresh
 # A recipient's statuses, each counted in the summary.
@@ -52,6 +55,7 @@ class DemoOptions:
     promo_codes: bool = False  # a pool of one code per user, {{promo_code}} in the template
     variants: int = 0  # an A/B test of this many variants (0: none)
     holdout_wait_s: float = 5.0
+    ramp: str = ""  # a rate ramp, as `campaign create --ramp` takes it ("": none)
 
 
 # The demo's A/B test: each variant 10 % of the audience, its own template (the subject
@@ -113,6 +117,33 @@ def ensure_users(settings: Settings, wanted: int) -> float:
     return time.monotonic() - began
 
 
+def _sending_since(settings: Settings, campaign_id: int) -> float | None:
+    with psycopg.connect(settings.pg_dsn) as conn:
+        row = conn.execute(
+            "SELECT extract(epoch FROM sending_since)::float8 FROM campaigns WHERE id = %s",
+            (campaign_id,),
+        ).fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+def ramp_summary(
+    settings: Settings, campaign_id: int, ramp: Sequence[RampStep], since: float | None
+) -> dict[str, Any]:
+    """The ramp and, per step, the busiest sliding second wholly inside it at the stand-in
+    (from its per-bucket acceptances: exact to `bucket_ms`)."""
+    out: dict[str, Any] = {"ramp": format_ramp(ramp), "steps": [s.to_dict() for s in ramp]}
+    stats = standin_stats(settings, campaign_id)
+    if since is None or not stats.get("first_ts") or not settings.ses_endpoint_url:
+        return out
+    from infra.ses_standin.admin import SesStandinAdmin
+
+    bucket = bucket_ms(float(stats["last_ts"]) - float(stats["first_ts"]) + 1.0)
+    points = SesStandinAdmin(settings.ses_endpoint_url).rate(str(campaign_id), bucket_ms=bucket)
+    out["steps"] = step_windows(points, since, ramp)
+    out["bucket_ms"] = bucket
+    return out
+
+
 def standin_stats(settings: Settings, campaign_id: int) -> dict[str, Any]:
     if not settings.ses_endpoint_url:
         return {}
@@ -171,6 +202,8 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
     )
     started = StartedCampaigns(settings)
     summary: dict[str, Any] = {"campaign_id": None, "rate_limit": options.rate}
+    ramp = parse_ramp(options.ramp) if options.ramp else ()
+    sending_since: float | None = None
     pool = WorkerPool(settings, settings.state_dir / "logs")
     failure: BaseException | None = None
     began = time.monotonic()
@@ -196,9 +229,11 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
                 settings,
                 name=f"demo-{int(time.time())}",
                 template=template,
-                rate=options.rate,
+                # With a ramp and no --rate, the ramp's highest step is the limit.
+                rate=options.rate if options.rate or not ramp else None,
                 audience=audience,
                 ab=ab,
+                ramp=ramp,
             )
         )
         summary["campaign_id"] = campaign_id
@@ -224,6 +259,8 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
         )
         if bar:
             bar.close()
+        if ramp:
+            sending_since = _sending_since(settings, campaign_id)
         log(
             f"snapshot {start.recipients:,} recipients in {start.snapshot_s:.1f}s, "
             f"produced {start.produced:,} in {start.produce_s:.1f}s"
@@ -240,6 +277,10 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
     if summary["campaign_id"] is not None:
         try:
             summary.update(_final_counts(settings, summary["campaign_id"], options))
+            if ramp:
+                summary["ramp"] = ramp_summary(
+                    settings, summary["campaign_id"], ramp, sending_since
+                )
         except (psycopg.Error, OSError) as exc:
             summary["error"] = "; ".join(
                 filter(None, [summary.get("error"), f"final counts: {error_text(exc)}"])
