@@ -201,8 +201,9 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
         f"{options.workers} worker(s), {settings.partitions} partitions"
     )
     started = StartedCampaigns(settings)
-    summary: dict[str, Any] = {"campaign_id": None, "rate_limit": options.rate}
     ramp = parse_ramp(options.ramp) if options.ramp else ()
+    limit = options.rate if options.rate or not ramp else max(s.rate for s in ramp)
+    summary: dict[str, Any] = {"campaign_id": None, "rate_limit": limit}
     sending_since: float | None = None
     pool = WorkerPool(settings, settings.state_dir / "logs")
     failure: BaseException | None = None
@@ -229,8 +230,7 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
                 settings,
                 name=f"demo-{int(time.time())}",
                 template=template,
-                # With a ramp and no --rate, the ramp's highest step is the limit.
-                rate=options.rate if options.rate or not ramp else None,
+                rate=limit,
                 audience=audience,
                 ab=ab,
                 ramp=ramp,
