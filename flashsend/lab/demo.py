@@ -196,13 +196,14 @@ def promo_verdict(settings: Settings, campaign_id: int, stats: dict[str, Any]) -
 def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict[str, Any]:
     """Run the demo; always returns the summary (`error` set when the run failed or was
     interrupted; the campaign is then cancelled, as is one still unfinished at the timeout)."""
+    ramp = parse_ramp(options.ramp) if options.ramp else ()  # bad input: refused before anything
+    limit = options.rate if options.rate or not ramp else max(s.rate for s in ramp)
     log(
-        f"demo: {options.users:,} users, rate {options.rate or 'unlimited'}, "
+        f"demo: {options.users:,} users, rate {limit or 'unlimited'}"
+        f"{', ramp ' + format_ramp(ramp) if ramp else ''}, "
         f"{options.workers} worker(s), {settings.partitions} partitions"
     )
     started = StartedCampaigns(settings)
-    ramp = parse_ramp(options.ramp) if options.ramp else ()
-    limit = options.rate if options.rate or not ramp else max(s.rate for s in ramp)
     summary: dict[str, Any] = {"campaign_id": None, "rate_limit": limit}
     sending_since: float | None = None
     pool = WorkerPool(settings, settings.state_dir / "logs")
