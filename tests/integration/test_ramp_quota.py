@@ -3,6 +3,7 @@ does not count), and the 24-hour quota refusal at start, on the real stack."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import psycopg
@@ -197,3 +198,41 @@ def test_demo_reports_the_ramp(settings: Settings) -> None:
     assert first["max_1s_window"] is not None and first["max_1s_window"] <= 102, ramp
     assert second["max_1s_window"] is not None and second["max_1s_window"] <= 306, ramp
     assert summary["max_1s_window"] <= 306
+
+
+def test_two_starts_at_once_do_not_both_take_the_last_of_the_quota(settings: Settings) -> None:
+    """Each of two campaigns fits the quota alone, not both: started at the same instant,
+    exactly one is refused (the second to check sees the first's committed rows)."""
+    seed_users(settings.pg_dsn, 5_000)
+    put_template(settings)
+    ses = admin(settings)
+    before = ses.faults()
+    cids = [create_campaign(settings, name=f"race-{i}", rate=0) for i in range(2)]
+    with psycopg.connect(settings.pg_dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM users u WHERE " + settings.audience_condition
+        ).fetchone()
+    assert row is not None
+    audience = int(row[0])  # an upper bound of each campaign's pending rows
+    sent = _sent_last_24h(settings)
+    barrier = threading.Barrier(2)
+    outcomes: dict[int, str] = {}
+
+    def start(cid: int) -> None:
+        barrier.wait()
+        try:
+            start_campaign(settings, cid)
+            outcomes[cid] = "started"
+        except QuotaExceeded:
+            outcomes[cid] = "refused"
+
+    try:
+        ses.set_faults(max_24h_send=sent + audience * 1.5)
+        threads = [threading.Thread(target=start, args=(cid,)) for cid in cids]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        ses.set_faults(max_24h_send=before["max_24h_send"])
+    assert sorted(outcomes.values()) == ["refused", "started"], outcomes
