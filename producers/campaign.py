@@ -23,6 +23,7 @@ from flashsend.deliverability import check_separation
 from flashsend.errors import FlashsendError, NotFound, UsageError
 from flashsend.settings import Settings
 from producers.doorbells import DoorbellProducer
+from producers.send_quota import DailyQuota, check_snapshot, read_daily_quota
 from producers.send_schedule import NO_PLAN, SnapshotPlan, plan_snapshot, record_plan
 from producers.topics import Replication, ensure_topics
 from schemas import serde
@@ -108,15 +109,27 @@ def preflight(
     return rate
 
 
+def _daily_quota(settings: Settings) -> DailyQuota:
+    try:
+        return read_daily_quota(SesSender(make_client(settings, timeout=10)))
+    except SesCallFailed as exc:
+        raise PreflightFailed(f"SES preflight failed: {exc}") from exc
+
+
 def snapshot(
-    conn: psycopg.Connection, campaign_id: int, audience: str, plan: SnapshotPlan | None = None
+    conn: psycopg.Connection,
+    campaign_id: int,
+    audience: str,
+    plan: SnapshotPlan | None = None,
+    quota: DailyQuota | None = None,
 ) -> int:
     """Snapshot the audience into campaign_recipients in one transaction; returns row count.
     With a scheduled `plan`, rows not yet due are held in slots (producers.send_schedule).
 
     The transaction begins by moving the campaign out of `draft` (a conditional UPDATE): that
     row lock makes a concurrent or repeated start find nothing to do, and a snapshot that
-    fails leaves the campaign in `draft`, ready to start again."""
+    fails leaves the campaign in `draft`, ready to start again. With `quota`, rows that do
+    not fit the account's 24-hour quota make it fail that way (QuotaExceeded)."""
     args: dict[str, Any] = {"campaign_id": campaign_id}
     with conn.transaction():
         if conn.execute(query("begin_snapshot"), {"id": campaign_id}).fetchone() is None:
@@ -142,6 +155,8 @@ def snapshot(
         count = conn.execute(stmt, snapshot_args).rowcount
         record_plan(conn, plan, table, campaign_id)
         conn.execute(sql.SQL(query("count_snapshot")).format(partition=table), args)
+        if quota is not None:
+            check_snapshot(conn, campaign_id, quota)
         # Statistics before any worker plans against the new rows (they become visible
         # together at commit). Without them, the planner took record_results through every
         # row of the campaign: 203 ms a call instead of 1.2 ms, for the first ~1,500 calls of
@@ -233,6 +248,7 @@ def start_campaign(
     progress: Progress | None = None,
     skip_preflight: bool = False,
     now: datetime | None = None,
+    ignore_quota: bool = False,
 ) -> StartResult:
     """`now` (default: the clock) is when a scheduled campaign's plan counts from."""
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
@@ -241,6 +257,7 @@ def start_campaign(
             raise NotFound(f"campaign {campaign_id} does not exist")
         template, rate, audience, status, produced_at = row[2], row[5], row[6], row[7], row[13]
         if status == "draft":
+            quota = None
             if not skip_preflight:
                 committed_row = conn.execute(
                     query("committed_marketing_rate"), {"id": campaign_id}
@@ -259,9 +276,11 @@ def start_campaign(
                         "UPDATE campaigns SET rate_limit = %s WHERE id = %s",
                         (effective, campaign_id),
                     )
+                if not ignore_quota:
+                    quota = _daily_quota(settings)
             t0 = time.monotonic()
             plan = plan_snapshot(settings, conn, campaign_id, audience, now or datetime.now(UTC))
-            recipients = snapshot(conn, campaign_id, audience, plan)
+            recipients = snapshot(conn, campaign_id, audience, plan, quota)
             snapshot_s = time.monotonic() - t0
             already = False
         elif status in ("sending", "paused") and produced_at is None:

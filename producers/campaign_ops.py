@@ -4,7 +4,9 @@ demo template every local run uses."""
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -14,9 +16,11 @@ from flashsend.deliverability import event_types
 from flashsend.errors import UsageError
 from flashsend.settings import Settings
 from sinks.campaign_store import CampaignStore
+from sinks.queries import query
 from sinks.schedule_store import ScheduleStore
 from sinks.variant_store import VariantStore
 from streams.ab_test import DEFAULT_HOLDOUT_WAIT_S, Variant, check_variants, missing_event_type
+from streams.ramp import RampStep, check_ramp
 from streams.send_plan import Schedule, check_schedule, load_zone
 
 DEFAULT_TEMPLATE = "flash_sale"
@@ -41,12 +45,18 @@ def create_campaign(
     audience: str | None = None,
     ab: AbTest | None = None,
     schedule: Schedule | None = None,
+    ramp: Sequence[RampStep] | None = None,
 ) -> int:
     """A draft campaign; with `ab`, an A/B test; with `schedule`, a local-time window or
-    engagement waves (each stored in one transaction with it)."""
+    engagement waves; with `ramp`, a rate ramp (each stored in one transaction with it). A
+    ramp without `rate` takes its highest step as the rate limit, so preflight checks the
+    ramp's peak against the account's MaxSendRate."""
     if schedule is not None:
         check_schedule(schedule, has_variants=ab is not None, now=datetime.now(UTC))
         load_zone(settings.default_timezone)  # a bad default zone fails now, not at start
+    steps = check_ramp(ramp) if ramp else ()
+    if rate is None:
+        rate = max(s.rate for s in steps) if steps else settings.default_rate
     if ab is not None:
         check_variants(ab.variants)
         problem = missing_event_type(ab.winner_by, event_types(settings))
@@ -58,13 +68,18 @@ def create_campaign(
             template=template,
             from_address=from_address or settings.from_address,
             configuration_set=configuration_set or settings.marketing_configuration_set,
-            rate_limit=settings.default_rate if rate is None else rate,
+            rate_limit=rate,
             audience_condition=audience or settings.audience_condition,
         )
         if ab is not None:
             VariantStore(conn).set_variants(cid, ab.variants, ab.holdout_wait_s, ab.winner_by)
         if schedule is not None:
             ScheduleStore(conn).set_schedule(cid, schedule)
+        if steps:
+            conn.execute(
+                query("set_campaign_ramp"),
+                {"id": cid, "ramp": json.dumps([s.to_dict() for s in steps])},
+            )
         return cid
 
 

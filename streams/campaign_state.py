@@ -15,6 +15,7 @@ import time
 import psycopg
 
 from sinks.recipient_store import LiveCampaign, RecipientStore, StoreUnavailable
+from streams.ramp import RampStep, effective_rate, ramp_from_rows, sending_elapsed
 
 log = logging.getLogger("flashsend.campaigns")
 
@@ -28,6 +29,7 @@ class CampaignCache:
         self._store = store
         self._interval = interval
         self._campaigns: dict[int, LiveCampaign] = {}
+        self._ramps: dict[int, tuple[RampStep, ...]] = {}
         self.refreshed_at = 0.0
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
@@ -43,8 +45,21 @@ class CampaignCache:
     def live(self) -> list[LiveCampaign]:
         return list(self._campaigns.values())
 
+    def rate_now(self, campaign: LiveCampaign, now: float | None = None) -> float:
+        """The campaign's rate limit at `now` (monotonic): its ramp's step, if it has one, as
+        of the sending time read at the last refresh plus the time since (while sending)."""
+        steps = self._ramps.get(campaign.id, ())
+        if not steps:
+            return campaign.rate_limit
+        at = time.monotonic() if now is None else now
+        elapsed = sending_elapsed(
+            campaign.sending_elapsed_s, self.refreshed_at, at, campaign.status == "sending"
+        )
+        return effective_rate(campaign.rate_limit, steps, elapsed)
+
     async def refresh(self) -> None:
         campaigns = await self._store.live_campaigns()
+        self._ramps = {c.id: ramp_from_rows(c.ramp) for c in campaigns if c.ramp}
         self._campaigns = {c.id: c for c in campaigns}
         self.refreshed_at = time.monotonic()
 

@@ -306,7 +306,8 @@ class Lane:
         campaign = self._sender.campaigns.get(first.campaign_id)
         if campaign is None:
             return MAX_ENTRIES
-        return self._pacer(first.campaign_id, campaign.rate_limit)[0].call_size(MAX_ENTRIES)
+        rate = self._sender.campaigns.rate_now(campaign)
+        return self._pacer(first.campaign_id, rate)[0].call_size(MAX_ENTRIES)
 
     async def _fill(self) -> None:
         """Wait, at most LINGER_S after the oldest queued row arrived, for a full call. Never
@@ -349,9 +350,14 @@ class Lane:
         partitions = self._sender.config.partitions
         share = split_rate(rate, partitions)
         entry = self._pacers.get(campaign_id)
-        if entry is None or entry[1].ceiling != share:
+        if entry is None:
             entry = (WindowPacer(0, window_s=WINDOW_S), Aimd(ceiling=share))
             entry[0].hold_until(self._held_until)
+            self._pacers[campaign_id] = entry
+        elif entry[1].ceiling != share:
+            # A new rate (a ramp's step) keeps the window: what it holds stays counted, so a
+            # step up never adds a fresh second's budget on top of the last one.
+            entry = (entry[0], Aimd(ceiling=share))
             self._pacers[campaign_id] = entry
         pacer, aimd = entry
         effective = rate if aimd.rate >= share else aimd.rate * partitions
@@ -400,7 +406,7 @@ class Lane:
             if campaign is None or campaign.status != "sending" or not s.campaigns.is_fresh():
                 await s.release(cid, rows, campaign.status if campaign else "gone")
                 return
-            pacer, aimd = self._pacer(cid, campaign.rate_limit)
+            pacer, aimd = self._pacer(cid, s.campaigns.rate_now(campaign))
             admitted, wait = pacer.admit(len(rows), time.monotonic())
             if not admitted:
                 metrics.add_throttle_wait("campaign", wait)

@@ -22,9 +22,11 @@ from producers.campaign_ops import (
 )
 from sinks.campaign_store import CampaignStore
 from sinks.promo_store import PromoCounts, PromoStore
+from sinks.ramp_store import format_ramp_status, ramp_status
 from sinks.schedule_store import ScheduleStore, schedule_summary
 from sinks.variant_store import COUNTED, VariantStore, variants_summary
 from streams.ab_test import WINNER_BY, check_variants, parse_duration, parse_variant
+from streams.ramp import parse_ramp
 from streams.send_plan import schedule_from_flags
 
 
@@ -70,7 +72,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--waves recent:30m,rest:2d sends those who opened or clicked recently first, "
         "spread over 30 minutes, then everyone else spread over 2 days. Rows not yet due wait "
         "`held`; the workers release each slot when it comes due. Example: flashsend campaign "
-        "create --name morning --local-window 09:00-11:00 --date 2026-12-05",
+        "create --name morning --local-window 09:00-11:00 --date 2026-12-05. "
+        'A warming domain: --ramp "0:200,10m:600,30m:1200" sends at 200/s for the first ten '
+        "minutes of sending, then 600/s, then 1,200/s from thirty minutes on (time paused "
+        "does not count).",
     )
     p.add_argument("--name", required=True, help="a name for people (shown by status/report)")
     p.add_argument(
@@ -96,6 +101,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         help="recipients per second for the whole campaign; 0 = unlimited "
         "(default FLASHSEND_DEFAULT_RATE)",
+    )
+    p.add_argument(
+        "--ramp",
+        default=None,
+        metavar="OFFSET:RATE,…",
+        help='rate steps over the campaign\'s sending time, e.g. "0:200,10m:600,30m:1200": '
+        "the first at 0, the last holds; each step is capped by --rate, which defaults to the "
+        "highest step (default: no ramp)",
     )
     p.add_argument(
         "--audience", default=None, help="SQL condition over users u (default: active and opted in)"
@@ -166,10 +179,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="The snapshot takes every user of the audience once: of users sharing an "
         "address (same after trimming and lowercasing), the lowest user id gets the mail and "
         "the others are skipped as duplicate_address; an address SES cannot take is skipped "
-        "as invalid_email. Example: flashsend campaign start 42 && flashsend campaign status 42",
+        "as invalid_email. A campaign whose recipients do not fit the SES account's 24-hour "
+        "quota (Max24HourSend - SentLast24Hours - what other live campaigns still hold) is "
+        "refused with the figures and stays a draft. "
+        "Example: flashsend campaign start 42 && flashsend campaign status 42",
     )
     p.add_argument("id", type=int, help="campaign id (from campaign create)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument(
+        "--ignore-quota",
+        action="store_true",
+        help="start even when the 24-hour quota is short (the campaign pauses at "
+        "ACCOUNT_DAILY_QUOTA_EXCEEDED when SES runs out)",
+    )
     p.set_defaults(func=cmd_start)
 
     p = csub.add_parser(
@@ -261,6 +283,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         audience=args.audience,
         ab=ab,
         schedule=schedule,
+        ramp=parse_ramp(args.ramp) if args.ramp is not None else None,
     )
     print(cid)
     return 0
@@ -278,7 +301,12 @@ def cmd_start(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     bar = ProgressLine(f"campaign {args.id} produce")
-    result = start_campaign(settings, args.id, progress=lambda d, t: bar.update(d, t))
+    result = start_campaign(
+        settings,
+        args.id,
+        progress=lambda d, t: bar.update(d, t),
+        ignore_quota=args.ignore_quota,
+    )
     bar.close()
     if args.json:
         print(json.dumps(result.__dict__))
@@ -376,6 +404,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             query_ms = (time.perf_counter() - began) * 1000
             ab = variants_summary(VariantStore(conn), args.id)
             schedule = schedule_summary(ScheduleStore(conn), args.id)
+            ramp = ramp_status(conn, args.id)
             if args.json:
                 out = {
                     **progress.as_dict(),
@@ -386,11 +415,14 @@ def cmd_status(args: argparse.Namespace) -> int:
                     out["ab_test"] = ab
                 if schedule is not None:
                     out["schedule"] = schedule
+                if ramp is not None:
+                    out["ramp"] = ramp
                 print(json.dumps(out, default=str))
             else:
                 print(
                     format_status(progress, promo)
                     + f"  (query {query_ms:.0f} ms)"
+                    + format_ramp_status(ramp)
                     + format_variants(ab)
                     + format_slots(schedule)
                 )

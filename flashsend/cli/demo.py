@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "`slots` (each slot's time, recipients, sent, waiting) and `schedule`. "
         "Example: flashsend demo --users 60000 --rate 777 --json; "
         "flashsend demo --users 20000 --rate 0 --variants 2 --json; "
-        "flashsend demo --users 20000 --rate 2000 --local-window 09:00-11:00 --json",
+        "flashsend demo --users 20000 --rate 2000 --local-window 09:00-11:00 --json; "
+        'flashsend demo --users 20000 --ramp "0:200,10s:600" --json',
     )
     p.add_argument("--users", type=int, default=1_000_000, help="users to seed (default 1M)")
     p.add_argument(
@@ -53,6 +54,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="DURATION",
         help="with --variants: wait this long after the snapshot before promoting the "
         "winner (default %(default)s)",
+    )
+    p.add_argument(
+        "--ramp",
+        default=None,
+        metavar="OFFSET:RATE,…",
+        help='send through a rate ramp, e.g. "0:100,5s:300" (see campaign create --ramp; '
+        "without --rate the highest step is the limit); the summary's `ramp` gives each "
+        "step's busiest sliding second at the stand-in",
     )
     p.add_argument(
         "--timeout",
@@ -106,6 +115,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 local_window=args.local_window,
                 date=args.date,
                 waves=args.waves,
+                ramp=args.ramp or "",
             ),
         )
     if args.json:

@@ -5,6 +5,7 @@ and the busiest sliding second are measured at the provider, not trusted from ou
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -18,6 +19,7 @@ from flashsend.lab.demo_schedule import (
     prepare_users,
     schedule_report,
 )
+from flashsend.lab.ramp_figures import bucket_ms, step_windows
 from flashsend.lab.run import StartedCampaigns, error_text, finish_run
 from flashsend.lab.workers import WorkerPool, wait_joined
 from flashsend.progress import ProgressLine
@@ -42,6 +44,7 @@ from sinks.ses import SesSender, make_client
 from sinks.users import seed_users
 from sinks.variant_store import VariantStore, variants_summary
 from streams.ab_test import Variant, choose_winner, winner_due
+from streams.ramp import RampStep, format_ramp, parse_ramp
 from streams.send_plan import schedule_from_flags
 
 PROGRESS_POLL_S = 2.0  # the progress line's refresh
@@ -62,6 +65,7 @@ class DemoOptions:
     local_window: str | None = None  # e.g. "09:00-11:00": users get zones (demo_schedule)
     date: str | None = None
     waves: str | None = None  # e.g. "recent:30m,rest:2d"
+    ramp: str = ""  # a rate ramp, as `campaign create --ramp` takes it ("": none)
 
 
 # The demo's A/B test: each variant 10 % of the audience, its own template (the subject
@@ -123,6 +127,33 @@ def ensure_users(settings: Settings, wanted: int) -> float:
     return time.monotonic() - began
 
 
+def _sending_since(settings: Settings, campaign_id: int) -> float | None:
+    with psycopg.connect(settings.pg_dsn) as conn:
+        row = conn.execute(
+            "SELECT extract(epoch FROM sending_since)::float8 FROM campaigns WHERE id = %s",
+            (campaign_id,),
+        ).fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+def ramp_summary(
+    settings: Settings, campaign_id: int, ramp: Sequence[RampStep], since: float | None
+) -> dict[str, Any]:
+    """The ramp and, per step, the busiest sliding second wholly inside it at the stand-in
+    (from its per-bucket acceptances: exact to `bucket_ms`)."""
+    out: dict[str, Any] = {"ramp": format_ramp(ramp), "steps": [s.to_dict() for s in ramp]}
+    stats = standin_stats(settings, campaign_id)
+    if since is None or not stats.get("first_ts") or not settings.ses_endpoint_url:
+        return out
+    from infra.ses_standin.admin import SesStandinAdmin
+
+    bucket = bucket_ms(float(stats["last_ts"]) - float(stats["first_ts"]) + 1.0)
+    points = SesStandinAdmin(settings.ses_endpoint_url).rate(str(campaign_id), bucket_ms=bucket)
+    out["steps"] = step_windows(points, since, ramp)
+    out["bucket_ms"] = bucket
+    return out
+
+
 def standin_stats(settings: Settings, campaign_id: int) -> dict[str, Any]:
     if not settings.ses_endpoint_url:
         return {}
@@ -175,12 +206,16 @@ def promo_verdict(settings: Settings, campaign_id: int, stats: dict[str, Any]) -
 def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict[str, Any]:
     """Run the demo; always returns the summary (`error` set when the run failed or was
     interrupted; the campaign is then cancelled, as is one still unfinished at the timeout)."""
+    ramp = parse_ramp(options.ramp) if options.ramp else ()  # bad input: refused before anything
+    limit = options.rate if options.rate or not ramp else max(s.rate for s in ramp)
     log(
-        f"demo: {options.users:,} users, rate {options.rate or 'unlimited'}, "
+        f"demo: {options.users:,} users, rate {limit or 'unlimited'}"
+        f"{', ramp ' + format_ramp(ramp) if ramp else ''}, "
         f"{options.workers} worker(s), {settings.partitions} partitions"
     )
     started = StartedCampaigns(settings)
-    summary: dict[str, Any] = {"campaign_id": None, "rate_limit": options.rate}
+    summary: dict[str, Any] = {"campaign_id": None, "rate_limit": limit}
+    sending_since: float | None = None
     pool = WorkerPool(settings, settings.state_dir / "logs")
     failure: BaseException | None = None
     decider: DemoAbTest | DemoScheduler | None = None
@@ -210,10 +245,11 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
                 settings,
                 name=f"demo-{int(time.time())}",
                 template=template,
-                rate=options.rate,
+                rate=limit,
                 audience=audience,
                 ab=ab,
                 schedule=schedule,
+                ramp=ramp,
             )
         )
         summary["campaign_id"] = campaign_id
@@ -241,6 +277,8 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
         )
         if bar:
             bar.close()
+        if ramp:
+            sending_since = _sending_since(settings, campaign_id)
         log(
             f"snapshot {start.recipients:,} recipients in {start.snapshot_s:.1f}s, "
             f"produced {start.produced:,} in {start.produce_s:.1f}s"
@@ -261,6 +299,10 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
     if summary["campaign_id"] is not None:
         try:
             summary.update(_final_counts(settings, summary["campaign_id"], options))
+            if ramp:
+                summary["ramp"] = ramp_summary(
+                    settings, summary["campaign_id"], ramp, sending_since
+                )
         except (psycopg.Error, OSError) as exc:
             summary["error"] = "; ".join(
                 filter(None, [summary.get("error"), f"final counts: {error_text(exc)}"])

@@ -37,8 +37,11 @@ UPDATE campaigns
 -- name: live_campaigns
 -- Polled by every worker a few times a second: tiny table. Recently finished campaigns are
 -- included so a lane holding rows of a just-cancelled campaign releases them as cancelled.
+-- sending_elapsed_s is the ramp's clock as of this statement (migration 0024).
 SELECT id, status, rate_limit, template, from_address, configuration_set, name,
-       partition_weights, variants
+       partition_weights, variants, ramp,
+       sending_s + coalesce(extract(epoch FROM clock_timestamp() - sending_since)::float8, 0)
+           AS sending_elapsed_s
   FROM campaigns
  WHERE status IN ('sending', 'paused', 'snapshotting')
     OR (status IN ('cancelled', 'done', 'failed') AND updated_at > now() - interval '1 hour');
