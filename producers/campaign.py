@@ -21,12 +21,14 @@ from psycopg import sql
 from flashsend.deliverability import check_separation
 from flashsend.errors import FlashsendError, NotFound, UsageError
 from flashsend.settings import Settings
+from producers.corrections import check_correction_source
 from producers.doorbells import DoorbellProducer
 from producers.topics import Replication, ensure_topics
 from schemas import serde
 from schemas.doorbell import DOORBELL_BATCH_RECORDS, DoorbellWriter
 from sinks import recipient_partitions as partitions
 from sinks.queries import query
+from sinks.seed_store import SeedPlan, SeedStore
 from sinks.ses import SesCallFailed, SesSender, make_client
 from sinks.variant_store import VariantStore
 from streams.ab_test import bounds as ab_bounds
@@ -105,8 +107,11 @@ def preflight(
     return rate
 
 
-def snapshot(conn: psycopg.Connection, campaign_id: int, audience: str) -> int:
-    """Snapshot the audience into campaign_recipients in one transaction; returns row count.
+def snapshot(
+    conn: psycopg.Connection, campaign_id: int, audience: str, seeds: SeedPlan | None = None
+) -> int:
+    """Snapshot the audience into campaign_recipients in one transaction; returns the
+    audience's row count (a seed list's rows come after it and are not counted).
 
     The transaction begins by moving the campaign out of `draft` (a conditional UPDATE): that
     row lock makes a concurrent or repeated start find nothing to do, and a snapshot that
@@ -122,6 +127,7 @@ def snapshot(conn: psycopg.Connection, campaign_id: int, audience: str) -> int:
             **args,
             "variant_names": names,
             "variant_bounds": ab_bounds(variants) if names else None,
+            "hold": seeds is not None,
         }
         # The row_number() sort of ~1M users spills to disk at the default 4 MB; so do the
         # index builds of the attach at the default 64 MB.
@@ -132,6 +138,8 @@ def snapshot(conn: psycopg.Connection, campaign_id: int, audience: str) -> int:
             audience=sql.SQL(audience), partition=table
         )
         count = conn.execute(stmt, snapshot_args).rowcount
+        if seeds is not None:
+            SeedStore(conn).add_to_snapshot(table, campaign_id, count, seeds)
         conn.execute(sql.SQL(query("count_snapshot")).format(partition=table), args)
         # Statistics before any worker plans against the new rows (they become visible
         # together at commit). Without them, the planner took record_results through every
@@ -219,7 +227,10 @@ def start_campaign(
     *,
     progress: Progress | None = None,
     skip_preflight: bool = False,
+    seeds: SeedPlan | None = None,
 ) -> StartResult:
+    """With `seeds`, the seed list gets the mail first and the audience is held for
+    `seeds.hold_s` (streams/seed_list.py); a started campaign ignores them."""
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         row = conn.execute(query("get_campaign"), {"id": campaign_id}).fetchone()
         if row is None:
@@ -244,8 +255,9 @@ def start_campaign(
                         "UPDATE campaigns SET rate_limit = %s WHERE id = %s",
                         (effective, campaign_id),
                     )
+            check_correction_source(conn, campaign_id)
             t0 = time.monotonic()
-            recipients = snapshot(conn, campaign_id, audience)
+            recipients = snapshot(conn, campaign_id, audience, seeds)
             snapshot_s = time.monotonic() - t0
             already = False
         elif status in ("sending", "paused") and produced_at is None:

@@ -18,10 +18,12 @@
 -- in basis points) each user's variant is the first whose bound exceeds the user's bucket,
 -- md5("<campaign>:<user>") mod 10,000 (ab_test.assignment_bucket is the twin); a user in no
 -- variant is `held` until a winner is set. Without variants (NULL) the CASE never computes
--- the bucket.
+-- the bucket. With a seed hold (streams/seed_list.py) every audience row that would be
+-- pending is `held` until the hold ends (release_hold).
 INSERT INTO {partition} (campaign_id, seq, user_id, email, status, reason, variant)
 SELECT %(campaign_id)s, row_number() OVER (ORDER BY a.id), a.id, a.email,
        CASE WHEN NOT (a.email_ok AND a.nth = 1) THEN 'skipped'
+            WHEN %(hold)s THEN 'held'
             WHEN %(variant_names)s::text[] IS NOT NULL AND a.variant IS NULL THEN 'held'
             ELSE 'pending' END,
        CASE WHEN NOT a.email_ok THEN 'invalid_email'
@@ -81,7 +83,7 @@ WITH batch AS (
     SELECT * FROM unnest(%(campaign_ids)s::bigint[], %(seqs)s::int[]) AS b(campaign_id, seq)
 ), cand AS MATERIALIZED (
     SELECT r.campaign_id, r.seq, u.first_name, c.status = 'paused' AS paused,
-           CASE WHEN u.id IS NULL THEN 'user_deleted'
+           CASE WHEN u.id IS NULL AND r.user_id >= 0 THEN 'user_deleted'  -- a seed: no user
                 WHEN NOT u.marketing_opt_in THEN 'opted_out'
                 WHEN u.status <> 'active' THEN 'inactive'
                 WHEN s.email IS NOT NULL THEN 'suppressed:' || s.reason
@@ -137,7 +139,7 @@ SELECT EXISTS (
 -- same race rule as claim_batch.
 WITH cand AS MATERIALIZED (
     SELECT r.seq, u.first_name, c.status = 'paused' AS paused,
-           CASE WHEN u.id IS NULL THEN 'user_deleted'
+           CASE WHEN u.id IS NULL AND r.user_id >= 0 THEN 'user_deleted'  -- a seed: no user
                 WHEN NOT u.marketing_opt_in THEN 'opted_out'
                 WHEN u.status <> 'active' THEN 'inactive'
                 WHEN s.email IS NOT NULL THEN 'suppressed:' || s.reason
@@ -195,7 +197,7 @@ UPDATE {partition} r
 -- {partition} as in record_results.
 WITH cand AS MATERIALIZED (
     SELECT r.seq,
-           CASE WHEN u.id IS NULL THEN 'user_deleted'
+           CASE WHEN u.id IS NULL AND r.user_id >= 0 THEN 'user_deleted'  -- a seed: no user
                 WHEN NOT u.marketing_opt_in THEN 'opted_out'
                 WHEN u.status <> 'active' THEN 'inactive'
                 WHEN s.email IS NOT NULL THEN 'suppressed:' || s.reason
