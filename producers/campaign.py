@@ -272,6 +272,7 @@ def start_campaign(
             produced = produce_pending(settings, conn, campaign_id, progress)
         except KafkaException as exc:
             raise FlashsendError(f"producing failed: {exc}; start again to resume") from exc
+        SeedStore(conn).start_hold(campaign_id)
         pending_row = conn.execute(query("pending_count"), {"campaign_id": campaign_id}).fetchone()
         return StartResult(
             campaign_id,

@@ -52,6 +52,10 @@ class SeedStore:
             query("set_hold"), {"id": campaign_id, "seeds": len(plan.emails), "hold_s": plan.hold_s}
         )
 
+    def start_hold(self, campaign_id: int) -> None:
+        """The seeds are produced: the hold counts from now (no-op without a hold)."""
+        self.conn.execute(query("start_hold"), {"id": campaign_id})
+
     def state(self, campaign_id: int) -> HoldState:
         row = self.conn.execute(query("hold_state"), {"id": campaign_id}).fetchone()
         if row is None:

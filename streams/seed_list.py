@@ -10,9 +10,10 @@ mail before the full send opens (a wrong code found in a seed inbox costs nothin
   Seed rows are not audience: status and report count them apart, as `seed`.
 - A seed address that is also an audience address keeps its seed row (it gets the mail first,
   once); its audience row is skipped with reason `seed_address`.
-- While the hold lasts, the audience's rows are `held`; the hold ends at `hold_until` (checked
-  by every worker's reconcile tick and `campaign reconcile`, with `hold_due`) or earlier by
-  `campaign release ID`. One guarded statement releases, whoever calls it.
+- While the hold lasts, the audience's rows are `held`; the hold ends at `hold_until`, the
+  hold's length after the start has produced the seeds (checked by every worker's reconcile
+  tick and `campaign reconcile`, with `hold_due`), or earlier by `campaign release ID`. One
+  guarded statement releases, whoever calls it.
 """
 
 from __future__ import annotations

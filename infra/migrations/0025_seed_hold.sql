@@ -6,6 +6,7 @@
 -- them pending in one guarded statement (sinks/sql/seeds.sql, release_hold).
 -- All columns are nullable without a default: adding them rewrites nothing.
 ALTER TABLE campaigns ADD COLUMN IF NOT EXISTS seed_recipients integer;
+ALTER TABLE campaigns ADD COLUMN IF NOT EXISTS hold_s double precision;
 ALTER TABLE campaigns ADD COLUMN IF NOT EXISTS hold_until timestamptz;
 ALTER TABLE campaigns ADD COLUMN IF NOT EXISTS hold_released_at timestamptz;
 ALTER TABLE campaigns ADD COLUMN IF NOT EXISTS hold_released_by text;

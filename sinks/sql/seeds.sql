@@ -19,12 +19,19 @@ UPDATE {partition}
    AND lower(btrim(email)) = ANY(%(emails)s::text[]);
 
 -- name: set_hold
--- Same transaction, on the campaign row begin_snapshot locked: the hold counts from the end
--- of the snapshot, like an A/B test's wait.
+-- Same transaction, on the campaign row begin_snapshot locked. hold_until is provisional
+-- (from the end of the snapshot) until start_hold sets it once the seeds are produced.
 UPDATE campaigns
-   SET seed_recipients = %(seeds)s,
+   SET seed_recipients = %(seeds)s, hold_s = %(hold_s)s,
        hold_until = clock_timestamp() + make_interval(secs => %(hold_s)s)
  WHERE id = %(id)s AND status = 'snapshotting';
+
+-- name: start_hold
+-- Right after the start has produced the seeds' doorbells (mark_produced): the hold counts
+-- from then, so a start retried after a failed produce still gives the seeds their whole
+-- hold. Reconcile releases nothing before produced_at is set. A released hold stays as it is.
+UPDATE campaigns SET hold_until = now() + make_interval(secs => hold_s)
+ WHERE id = %(id)s AND hold_s IS NOT NULL AND hold_released_at IS NULL;
 
 -- name: hold_state
 SELECT id, status, seed_recipients, hold_until, hold_released_at, hold_released_by
