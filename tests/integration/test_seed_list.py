@@ -14,15 +14,18 @@ from typing import Any
 import psycopg
 import pytest
 
+from flashsend.cli.campaign import format_status
 from flashsend.cli.control import campaign_report
 from flashsend.errors import UsageError
 from flashsend.lab.feedback_run import insert_users, wait_for
 from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
 from producers.campaign import snapshot, start_campaign
-from producers.campaign_ops import control_campaign, create_campaign, release
+from producers.campaign_ops import AbTest, control_campaign, create_campaign, promote, release
 from producers.reconcile import Reconciler
 from sinks.seed_store import SeedPlan, SeedStore
+from sinks.variant_store import VariantStore
+from streams.ab_test import Variant
 from streams.seed_list import RELEASED_BY_EXPIRY
 from tests.integration.campaign_helpers import (
     admin,
@@ -88,6 +91,7 @@ def test_seeds_go_first_and_release_sends_the_rest(settings: Settings, tmp_path:
         assert p["skipped"] == 1  # u7: a seed, mailed once as one
         assert p["recipients"] == USERS and p["seed_recipients"] == len(seeds)
         assert row["hold_released_at"] is None
+        assert "seed list 3: sent 3; audience held until" in format_status(p)
         out = release(s, cid, "test operator")
         assert f"{USERS - 1:,} held recipient(s) released" in out, out
         with pytest.raises(UsageError, match="released already"):
@@ -101,6 +105,7 @@ def test_seeds_go_first_and_release_sends_the_rest(settings: Settings, tmp_path:
     assert final["sent"] == USERS - 1 and final["seed"] == {"sent": len(seeds)}
     hold = _hold(s, cid)
     assert hold.released_by == "test operator" and not hold.holding
+    assert "hold released" in format_status(final) and "by test operator" in format_status(final)
     with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
         report = campaign_report(conn, cid)
     reasons = {(r["status"], r["reason"]): r["count"] for r in report["by_status_reason"]}
@@ -178,6 +183,8 @@ def test_a_correction_reaches_exactly_the_users_its_source_sent_to(
     try:
         start_campaign(s, source, seeds=SeedPlan(_seeds(domain)[:1], 0.0))
         wait_finished(s, source, pool, timeout=90)
+        # Done (a worker's reconcile): a sending source refuses the correction's start.
+        wait_for("source done", lambda: progress(s, source)["status"] == "done", 30, 0.2)
         with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
             # The source's other outcomes, as its calls would have left them: SES refused
             # some rows, a worker died in the call of others.
@@ -239,3 +246,36 @@ def test_a_correction_waits_until_its_source_stops_sending(settings: Settings) -
     control_campaign(settings, source, "pause", "found a wrong code")
     start_campaign(settings, fix, skip_preflight=True)
     assert progress(settings, fix)["recipients"] == 0  # nothing had been sent
+
+
+def test_an_ab_test_waits_for_the_hold_then_its_holdout_for_the_winner(
+    settings: Settings,
+) -> None:
+    """No workers: what the hold and the release leave in the rows. The test share is held
+    with the holdout; the release frees only the test share; no winner while the hold lasts,
+    and the holdout wait counts from the release."""
+    put_template(settings)
+    domain = f"seedab-{uuid.uuid4().hex[:6]}.flashsend.test"
+    insert_users(settings, USERS, domain)
+    ab = AbTest([Variant("A", "flash_sale", 10), Variant("B", "flash_sale", 20)], 3600, "manual")
+    cid = create_campaign(settings, name="ab", rate=0, ab=ab)
+    start_campaign(settings, cid, seeds=SeedPlan([f"qa@inbox-{domain}"], 3600))
+    assert statuses(settings, cid) == {"pending": 1, "held": USERS}
+    with pytest.raises(UsageError, match="holds for its seed list"):
+        promote(settings, cid, "B")
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        state = VariantStore(conn).state(cid)
+        assert state is not None and state.snapshot_done_at is None  # no winner due
+        test_share = conn.execute(
+            "SELECT count(*) FROM campaign_recipients WHERE campaign_id = %s "
+            "AND user_id > 0 AND variant IS NOT NULL",
+            (cid,),
+        ).fetchone()
+    assert test_share is not None
+    release(settings, cid, "t")
+    assert statuses(settings, cid) == {"pending": 1 + test_share[0], "held": USERS - test_share[0]}
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        state = VariantStore(conn).state(cid)
+    assert state is not None and state.snapshot_done_at == _hold(settings, cid).released_at
+    assert "B (flash_sale) wins" in promote(settings, cid, "B")
+    assert statuses(settings, cid) == {"pending": USERS + 1}

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
+from flashsend.cli.campaign import read_seed_plan
 from producers.corrections import correction_audience
 from streams.seed_list import (
+    DEFAULT_HOLD_S,
     MAX_SEEDS,
     HoldState,
     SeedListError,
@@ -68,3 +71,22 @@ def test_a_correction_audience_is_the_sent_rows_within_the_base_condition() -> N
     text = correction_audience(41, "u.status = 'active'")
     assert "r.campaign_id = 41 AND r.status = 'sent'" in text
     assert text.endswith("AND (u.status = 'active')")
+
+
+def test_the_start_command_reads_the_file_before_anything_is_written(tmp_path: Path) -> None:
+    good = tmp_path / "seeds.txt"
+    good.write_text("# inboxes\nqa@example.com\n\nBoss@Example.com\n")
+    plan = read_seed_plan(str(good), "90s")
+    assert plan is not None and plan.emails == ["qa@example.com", "boss@example.com"]
+    assert plan.hold_s == 90.0
+    default = read_seed_plan(str(good), None)
+    assert default is not None and default.hold_s == DEFAULT_HOLD_S
+    assert read_seed_plan(None, None) is None
+    with pytest.raises(SeedListError, match="--hold needs --seed-list"):
+        read_seed_plan(None, "5m")
+    with pytest.raises(SeedListError, match="No such file"):
+        read_seed_plan(str(tmp_path / "missing.txt"), None)
+    bad = tmp_path / "bad.txt"
+    bad.write_text("qa@example.com\nqa@@example.com\n")
+    with pytest.raises(SeedListError, match=r"bad.txt, line 2: 'qa@@example.com'"):
+        read_seed_plan(str(bad), None)
