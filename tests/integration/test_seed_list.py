@@ -279,3 +279,26 @@ def test_an_ab_test_waits_for_the_hold_then_its_holdout_for_the_winner(
     assert state is not None and state.snapshot_done_at == _hold(settings, cid).released_at
     assert "B (flash_sale) wins" in promote(settings, cid, "B")
     assert statuses(settings, cid) == {"pending": USERS + 1}
+
+
+def test_pause_during_the_hold_releases_on_resume(settings: Settings) -> None:
+    """No workers: a paused campaign's hold is not released by running out; the resume's
+    reconcile releases and produces it. A release while paused is produced on resume."""
+    cid, domain = _audience(settings)
+    start_campaign(settings, cid, seeds=SeedPlan([f"qa@inbox-{domain}"], 1.0))
+    control_campaign(settings, cid, "pause", "look at the seed mail")
+    time.sleep(1.5)  # the hold runs out while paused
+    with Reconciler(settings) as reconciler:
+        assert not reconciler.reconcile(cid).hold_released
+    assert _hold(settings, cid).holding and statuses(settings, cid)["held"] == USERS
+    out = control_campaign(settings, cid, "resume", None)
+    assert f"{USERS:,} pending recipient(s) queued again" in out, out
+    assert _hold(settings, cid).released_by == RELEASED_BY_EXPIRY
+    assert statuses(settings, cid) == {"pending": USERS + 1}
+
+    other = new_campaign(settings, rate=0)  # the same users
+    start_campaign(settings, other, seeds=SeedPlan([f"qa@inbox-{domain}"], 3600))
+    control_campaign(settings, other, "pause", "look at the seed mail")
+    assert "produced on resume" in release(settings, other, "t")
+    out = control_campaign(settings, other, "resume", None)
+    assert f"{USERS:,} pending recipient(s) queued again" in out, out
