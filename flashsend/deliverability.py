@@ -157,7 +157,9 @@ def unsubscribe_headers(settings: Settings) -> Callable[[ClaimedRecipient], Mapp
     )
 
     def headers_for(row: ClaimedRecipient) -> Mapping[str, str]:
-        token = make_token(keys, row.user_id, row.campaign_id)
+        # A seed (user id < 0, streams/seed_list.py) has no user: its link is user 0's, a
+        # working one-click that opts nobody out, so the seed inbox sees the real headers.
+        token = make_token(keys, max(row.user_id, 0), row.campaign_id)
         return {"List-Unsubscribe": f"<{prefix}{token}>", "List-Unsubscribe-Post": POST_HEADER}
 
     return headers_for

@@ -22,6 +22,7 @@ from psycopg import sql
 from flashsend.deliverability import check_separation
 from flashsend.errors import FlashsendError, NotFound, UsageError
 from flashsend.settings import Settings
+from producers.corrections import check_correction_source
 from producers.doorbells import DoorbellProducer
 from producers.send_quota import DailyQuota, check_snapshot, read_daily_quota
 from producers.send_schedule import NO_PLAN, SnapshotPlan, plan_snapshot, record_plan
@@ -31,6 +32,7 @@ from schemas.doorbell import DOORBELL_BATCH_RECORDS, DoorbellWriter
 from sinks import recipient_partitions as partitions
 from sinks.queries import query
 from sinks.schedule_store import ScheduleStore
+from sinks.seed_store import SeedPlan, SeedStore
 from sinks.ses import SesCallFailed, SesSender, make_client
 from sinks.variant_store import VariantStore
 from streams.ab_test import bounds as ab_bounds
@@ -122,8 +124,10 @@ def snapshot(
     audience: str,
     plan: SnapshotPlan | None = None,
     quota: DailyQuota | None = None,
+    seeds: SeedPlan | None = None,
 ) -> int:
-    """Snapshot the audience into campaign_recipients in one transaction; returns row count.
+    """Snapshot the audience into campaign_recipients in one transaction; returns the
+    audience's row count (a seed list's rows come after it and are not counted).
     With a scheduled `plan`, rows not yet due are held in slots (producers.send_schedule).
 
     The transaction begins by moving the campaign out of `draft` (a conditional UPDATE): that
@@ -143,6 +147,7 @@ def snapshot(
             **plan.params,
             "variant_names": names,
             "variant_bounds": ab_bounds(variants) if names else None,
+            "hold": seeds is not None,
         }
         # The row_number() sort of ~1M users spills to disk at the default 4 MB; so do the
         # index builds of the attach at the default 64 MB.
@@ -154,6 +159,8 @@ def snapshot(
         )
         count = conn.execute(stmt, snapshot_args).rowcount
         record_plan(conn, plan, table, campaign_id)
+        if seeds is not None:
+            SeedStore(conn).add_to_snapshot(table, campaign_id, count, seeds)
         conn.execute(sql.SQL(query("count_snapshot")).format(partition=table), args)
         if quota is not None:
             check_snapshot(conn, campaign_id, quota)
@@ -249,8 +256,11 @@ def start_campaign(
     skip_preflight: bool = False,
     now: datetime | None = None,
     ignore_quota: bool = False,
+    seeds: SeedPlan | None = None,
 ) -> StartResult:
-    """`now` (default: the clock) is when a scheduled campaign's plan counts from."""
+    """`now` (default: the clock) is when a scheduled campaign's plan counts from. With
+    `seeds`, the seed list gets the mail first and the audience is held for `seeds.hold_s`
+    (streams/seed_list.py); a started campaign ignores them."""
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         row = conn.execute(query("get_campaign"), {"id": campaign_id}).fetchone()
         if row is None:
@@ -278,9 +288,16 @@ def start_campaign(
                     )
                 if not ignore_quota:
                     quota = _daily_quota(settings)
+            check_correction_source(conn, campaign_id)
+            if seeds is not None and ScheduleStore(conn).stored(campaign_id) is not None:
+                raise UsageError(
+                    f"campaign {campaign_id} is scheduled (--local-window/--waves): its rows "
+                    "already wait for their time, so it takes no seed hold; send the seed "
+                    "list as a campaign of its own first"
+                )
             t0 = time.monotonic()
             plan = plan_snapshot(settings, conn, campaign_id, audience, now or datetime.now(UTC))
-            recipients = snapshot(conn, campaign_id, audience, plan, quota)
+            recipients = snapshot(conn, campaign_id, audience, plan, quota, seeds)
             snapshot_s = time.monotonic() - t0
             already = False
         elif status in ("sending", "paused") and produced_at is None:
@@ -295,6 +312,7 @@ def start_campaign(
             produced = produce_pending(settings, conn, campaign_id, progress)
         except KafkaException as exc:
             raise FlashsendError(f"producing failed: {exc}; start again to resume") from exc
+        SeedStore(conn).start_hold(campaign_id)
         pending_row = conn.execute(query("pending_count"), {"campaign_id": campaign_id}).fetchone()
         return StartResult(
             campaign_id,

@@ -1,6 +1,6 @@
 """Campaign operations shared by the command line and the lab: create a campaign (an A/B test
-or a scheduled one too), pause, resume or cancel it, promote an A/B test's winner, and the
-demo template every local run uses."""
+or a scheduled one, or a correction), pause, resume or cancel it, promote an A/B test's
+winner, release a seed hold, and the demo template every local run uses."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ import psycopg
 from flashsend.deliverability import event_types
 from flashsend.errors import UsageError
 from flashsend.settings import Settings
+from producers.corrections import check_source_at_create, correction_audience, set_correction_of
 from sinks.campaign_store import CampaignStore
 from sinks.queries import query
 from sinks.schedule_store import ScheduleStore
+from sinks.seed_store import SeedStore
 from sinks.variant_store import VariantStore
 from streams.ab_test import DEFAULT_HOLDOUT_WAIT_S, Variant, check_variants, missing_event_type
 from streams.ramp import RampStep, check_ramp
@@ -46,11 +48,14 @@ def create_campaign(
     ab: AbTest | None = None,
     schedule: Schedule | None = None,
     ramp: Sequence[RampStep] | None = None,
+    correction_of: int | None = None,
 ) -> int:
     """A draft campaign; with `ab`, an A/B test; with `schedule`, a local-time window or
     engagement waves; with `ramp`, a rate ramp (each stored in one transaction with it). A
     ramp without `rate` takes its highest step as the rate limit, so preflight checks the
-    ramp's peak against the account's MaxSendRate."""
+    ramp's peak against the account's MaxSendRate. With `correction_of`, a correction of
+    that campaign: its audience is the users it sent to, within `audience`
+    (producers/corrections.py)."""
     if schedule is not None:
         check_schedule(schedule, has_variants=ab is not None, now=datetime.now(UTC))
         load_zone(settings.default_timezone)  # a bad default zone fails now, not at start
@@ -62,14 +67,18 @@ def create_campaign(
         problem = missing_event_type(ab.winner_by, event_types(settings))
         if problem is not None:
             raise UsageError(problem)
+    condition = audience or settings.audience_condition
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn, conn.transaction():
+        if correction_of is not None:
+            check_source_at_create(conn, correction_of)
+            condition = correction_audience(correction_of, condition)
         cid = CampaignStore(conn).create(
             name=name,
             template=template,
             from_address=from_address or settings.from_address,
             configuration_set=configuration_set or settings.marketing_configuration_set,
             rate_limit=rate,
-            audience_condition=audience or settings.audience_condition,
+            audience_condition=condition,
         )
         if ab is not None:
             VariantStore(conn).set_variants(cid, ab.variants, ab.holdout_wait_s, ab.winner_by)
@@ -80,6 +89,8 @@ def create_campaign(
                 query("set_campaign_ramp"),
                 {"id": cid, "ramp": json.dumps([s.to_dict() for s in steps])},
             )
+        if correction_of is not None:
+            set_correction_of(conn, cid, correction_of)
         return cid
 
 
@@ -121,6 +132,12 @@ def promote(settings: Settings, campaign_id: int, variant: str) -> str:
         state = store.state(campaign_id)
         if state is None:
             raise UsageError(f"campaign {campaign_id} has no variants (create it with --variant)")
+        hold = SeedStore(conn).state(campaign_id)
+        if hold.holding:
+            raise UsageError(
+                f"campaign {campaign_id} holds for its seed list until {hold.hold_until}: the "
+                f"test share has not gone out yet (flashsend campaign release {campaign_id})"
+            )
         names = [v.name for v in state.variants]
         if variant not in names:
             raise UsageError(f"campaign {campaign_id} has no variant {variant!r}; it has {names}")
@@ -144,4 +161,32 @@ def promote(settings: Settings, campaign_id: int, variant: str) -> str:
         f"campaign {campaign_id}: {variant} ({state.template_of(variant)}) wins; "
         f"{result.released:,} held recipient(s) released, {produced:,} produced now"
         + ("" if status == "sending" else f" (campaign {status}: produced on resume)")
+    )
+
+
+def release(settings: Settings, campaign_id: int, by: str) -> str:
+    """`campaign release`: end a seed hold now; the audience is produced before this returns
+    when the campaign is sending (paused: on resume)."""
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        store = SeedStore(conn)
+        result = store.release(campaign_id, by)
+        state = store.state(campaign_id)
+    if not result.freed:
+        if state.hold_until is None:
+            raise UsageError(f"campaign {campaign_id} has no seed hold (start it with --seed-list)")
+        if state.released_at is not None:
+            raise UsageError(
+                f"campaign {campaign_id}'s hold was released already, at {state.released_at} "
+                f"by {state.released_by}"
+            )
+        raise UsageError(f"campaign {campaign_id} is {state.status}: nothing to release")
+    produced = 0
+    if state.status == "sending":
+        from producers.reconcile import requeue_after_resume
+
+        produced = requeue_after_resume(settings, campaign_id)
+    return (
+        f"campaign {campaign_id}: hold released by {by}; {result.released:,} held recipient(s) "
+        f"released, {produced:,} produced now"
+        + ("" if state.status == "sending" else f" (campaign {state.status}: produced on resume)")
     )

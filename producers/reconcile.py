@@ -5,11 +5,12 @@ hold after any incident. Safe at any time, any number of times, concurrently:
 2. rows released without a send (`requeue`) → produced again (taking the flag is the claim);
 3. rows still `pending` although every doorbell has been consumed (stored offsets have reached
    the end of every partition) → produced again: their message is gone;
-4. an A/B test whose holdout wait is over → its winner is set and the holdout produced
+4. a seed hold that has run out → the audience released and produced (producers.seed_hold);
+5. an A/B test whose holdout wait is over → its winner is set and the holdout produced
    (producers.ab_winner);
-5. a scheduled campaign's slots that have come due (by the reconciler's clock) → released
+6. a scheduled campaign's slots that have come due (by the reconciler's clock) → released
    and produced (producers.send_schedule);
-6. nothing pending, sending or held → the campaign is `done`.
+7. nothing pending, sending or held → the campaign is `done`.
 
 Run by `flashsend campaign reconcile ID` and on a timer by every worker while a campaign is
 sending. Duplicate doorbells are harmless: claims are conditional.
@@ -30,6 +31,7 @@ from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
 from producers.ab_winner import decide
 from producers.doorbells import DoorbellProducer
+from producers.seed_hold import release_due as release_hold
 from producers.send_schedule import release_due
 from schemas import serde
 from schemas.doorbell import DOORBELL_BATCH_RECORDS, DoorbellWriter
@@ -46,6 +48,7 @@ class ReconcileResult:
     done: bool
     skipped_locked: bool = False
     winner: str | None = None  # the A/B winner this pass set (its holdout produced now)
+    hold_released: bool = False  # this pass ended a seed hold (its audience produced now)
 
     def as_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -200,8 +203,13 @@ class Reconciler:
             expired = conn.execute(query("expire_leases"), {**params, "lease_s": lease}).rowcount
         requeued = orphans = 0
         winner: str | None = None
+        hold_released = False
         if status == "sending" and produced_at is not None:
             now = self.clock()
+            freed = release_hold(conn, campaign_id, now)
+            if freed is not None and freed.freed:
+                hold_released = True
+                flagged += freed.released
             decided = decide(conn, campaign_id, now)
             if decided is not None and decided.won:
                 winner = decided.variant
@@ -241,7 +249,15 @@ class Reconciler:
                     ).rowcount
                     > 0
                 )
-        return ReconcileResult(campaign_id, expired, requeued, orphans, done, winner=winner)
+        return ReconcileResult(
+            campaign_id,
+            expired,
+            requeued,
+            orphans,
+            done,
+            winner=winner,
+            hold_released=hold_released,
+        )
 
 
 def requeue_after_resume(

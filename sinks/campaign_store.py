@@ -42,9 +42,17 @@ class Progress:
 
     @property
     def finished(self) -> bool:
-        # An A/B test's holdout (`held`) waits for its winner: not finished.
+        # An A/B test's holdout or a seed hold's audience (`held`) waits: not finished.
         r = self.row
-        return r["pending"] == 0 and r["sending"] == 0 and not r.get("held") and self.total > 0
+        seed = r.get("seed") or {}
+        return (
+            r["pending"] == 0
+            and r["sending"] == 0
+            and not r.get("held")
+            and not seed.get("pending")
+            and not seed.get("sending")
+            and self.total > 0
+        )
 
     @property
     def send_rate(self) -> float:
@@ -97,6 +105,12 @@ class CampaignStore:
         row = cur.fetchone()
         if row is None:
             raise NotFound(f"campaign {campaign_id} does not exist")
+        # The counters count every row; a seed list's rows are not audience: shown apart.
+        seed = row.get("seed") or {}
+        for status, n in seed.items():
+            if status in row:
+                row[status] -= n
+        row["seed"] = seed
         return Progress(row)
 
     def status(self, campaign_id: int) -> str:

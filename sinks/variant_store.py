@@ -33,7 +33,7 @@ class AbState:
     winner: str | None
     winner_at: datetime | None
     winner_reason: str | None
-    snapshot_done_at: datetime | None
+    snapshot_done_at: datetime | None  # the test share's start: snapshot, or a seed hold's end
 
     def template_of(self, name: str) -> str:
         return next(v.template for v in self.variants if v.name == name)

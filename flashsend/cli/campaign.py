@@ -24,9 +24,11 @@ from sinks.campaign_store import CampaignStore
 from sinks.promo_store import PromoCounts, PromoStore
 from sinks.ramp_store import format_ramp_status, ramp_status
 from sinks.schedule_store import ScheduleStore, schedule_summary
+from sinks.seed_store import SeedPlan
 from sinks.variant_store import COUNTED, VariantStore, variants_summary
 from streams.ab_test import WINNER_BY, check_variants, parse_duration, parse_variant
 from streams.ramp import parse_ramp
+from streams.seed_list import DEFAULT_HOLD_S, SeedListError, parse_seed_list
 from streams.send_plan import schedule_from_flags
 
 
@@ -75,7 +77,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "create --name morning --local-window 09:00-11:00 --date 2026-12-05. "
         'A warming domain: --ramp "0:200,10m:600,30m:1200" sends at 200/s for the first ten '
         "minutes of sending, then 600/s, then 1,200/s from thirty minutes on (time paused "
-        "does not count).",
+        "does not count). "
+        "Correction: --correction-of N sends to exactly the users campaign N sent to (rows "
+        "`sent`; not failed, skipped, unknown or cancelled ones, nor N's seeds), within "
+        "--audience (default: active and opted in); suppressions and opt-outs since N still "
+        "apply. Example: flashsend campaign pause 41 && flashsend campaign create --name "
+        "'sale: the right code' --template sale_fixed --correction-of 41",
     )
     p.add_argument("--name", required=True, help="a name for people (shown by status/report)")
     p.add_argument(
@@ -157,6 +164,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "one before ends: `recent` (opened or clicked within FLASHSEND_RECENT_ENGAGEMENT_DAYS, "
         "default 30) then `rest` (everyone else, last); e.g. recent:30m,rest:2d",
     )
+    p.add_argument(
+        "--correction-of",
+        type=int,
+        default=None,
+        metavar="N",
+        help="audience = the users campaign N sent to (status sent); N must have sent, and "
+        "must be paused, cancelled or done when this campaign starts",
+    )
     p.set_defaults(func=cmd_create)
 
     p = csub.add_parser(
@@ -182,7 +197,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "as invalid_email. A campaign whose recipients do not fit the SES account's 24-hour "
         "quota (Max24HourSend - SentLast24Hours - what other live campaigns still hold) is "
         "refused with the figures and stays a draft. "
-        "Example: flashsend campaign start 42 && flashsend campaign status 42",
+        "Example: flashsend campaign start 42 && flashsend campaign status 42. "
+        "Seed list first: --seed-list FILE (one address a line, # comments) sends the mail to "
+        "those addresses at once and holds the audience (rows `held`) for --hold, until the "
+        "hold runs out (a worker's reconcile releases it) or `campaign release 42`; cancel "
+        "during the hold sends nothing more. A seed address that is also in the audience gets "
+        "the mail once, as a seed (its audience row is skipped, seed_address). Example: "
+        "flashsend campaign start 42 --seed-list seeds.txt --hold 5m",
     )
     p.add_argument("id", type=int, help="campaign id (from campaign create)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -192,7 +213,37 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="start even when the 24-hour quota is short (the campaign pauses at "
         "ACCOUNT_DAILY_QUOTA_EXCEEDED when SES runs out)",
     )
+    p.add_argument(
+        "--seed-list",
+        default=None,
+        metavar="FILE",
+        help="addresses that get the mail first (read only by the start that snapshots)",
+    )
+    p.add_argument(
+        "--hold",
+        default=None,
+        metavar="DURATION",
+        help=f"how long the audience waits after the snapshot, with --seed-list: 90s, 5m, 1h "
+        f"(default {DEFAULT_HOLD_S / 60:g}m)",
+    )
     p.set_defaults(func=cmd_start)
+
+    p = csub.add_parser(
+        "release",
+        help="end a seed hold now: the audience is produced",
+        description="The audience of a campaign started with --seed-list waits until its hold "
+        "runs out; release ends it early. A sending campaign's audience is produced before the "
+        "command returns, a paused one's on resume. Safe to run twice or while the hold runs "
+        "out: one statement releases only while nobody has. Example: flashsend campaign "
+        "release 42",
+    )
+    p.add_argument("id", type=int, help="campaign id")
+    p.add_argument(
+        "--by",
+        default=None,
+        help="who releases, recorded and shown by status/report (default: your login name)",
+    )
+    p.set_defaults(func=cmd_release)
 
     p = csub.add_parser(
         "status",
@@ -284,9 +335,36 @@ def cmd_create(args: argparse.Namespace) -> int:
         ab=ab,
         schedule=schedule,
         ramp=parse_ramp(args.ramp) if args.ramp is not None else None,
+        correction_of=args.correction_of,
     )
     print(cid)
     return 0
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    import getpass
+
+    from producers.campaign_ops import release
+
+    by = args.by or f"campaign release ({getpass.getuser()})"
+    print(release(load_settings(), args.id, by))
+    return 0
+
+
+def read_seed_plan(path: str | None, hold: str | None) -> SeedPlan | None:
+    """`--seed-list FILE [--hold D]`, checked before anything is written."""
+    if path is None:
+        if hold is not None:
+            raise SeedListError("--hold needs --seed-list FILE (the addresses that go first)")
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            emails = parse_seed_list(f, path)
+    except OSError as exc:
+        raise SeedListError(f"--seed-list {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise SeedListError(f"--seed-list {path}: not UTF-8 text") from None
+    return SeedPlan(emails, DEFAULT_HOLD_S if hold is None else parse_duration(hold))
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
@@ -299,6 +377,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
 def cmd_start(args: argparse.Namespace) -> int:
     from producers.campaign import start_campaign
 
+    seeds = read_seed_plan(args.seed_list, args.hold)
     settings = load_settings()
     bar = ProgressLine(f"campaign {args.id} produce")
     result = start_campaign(
@@ -306,6 +385,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         args.id,
         progress=lambda d, t: bar.update(d, t),
         ignore_quota=args.ignore_quota,
+        seeds=seeds,
     )
     bar.close()
     if args.json:
@@ -316,6 +396,12 @@ def cmd_start(args: argparse.Namespace) -> int:
         print(
             f"campaign {args.id}: {result.recipients:,} recipients snapshotted in "
             f"{result.snapshot_s:.1f}s, {result.produced:,} produced in {result.produce_s:.1f}s"
+            + (
+                f"; {len(seeds.emails):,} seed address(es) first, the audience held "
+                f"{seeds.hold_s:g}s (flashsend campaign release {args.id} ends it now)"
+                if seeds is not None and not result.already_started
+                else ""
+            )
         )
     return 0
 
@@ -332,6 +418,8 @@ def format_status(p: Any, promo: PromoCounts | None = None) -> str:
         f"skipped {p['skipped']:,}{_set_aside(p)}  cancelled {p['cancelled']:,}"
         f"{'  held ' + format(p['held'], ',') if p['held'] else ''}\n"
         f"  rate {rate:,.0f}/s (limit {p['rate_limit'] or 'unlimited'})  ETA {eta}"
+        + format_hold(p)
+        + (f"\n  correction of campaign {p['correction_of']}" if p["correction_of"] else "")
         + (
             f"\n  promo codes issued {promo.issued:,}  left {promo.left:,}"
             if promo is not None
@@ -383,6 +471,21 @@ def format_slots(
     if len(open_slots) > limit:
         lines.append(f"    … {len(open_slots) - limit} more slot(s) (--json lists all)")
     return "\n" + "\n".join(lines)
+
+
+def format_hold(p: Any) -> str:
+    """The seed list's and the hold's line of status and report ('' without a seed list)."""
+    if not p["seed_recipients"] and p["hold_until"] is None:
+        return ""
+    seed = p["seed"] or {}
+    figures = "  ".join(f"{k} {n:,}" for k, n in sorted(seed.items()))
+    if p["hold_released_at"] is not None:
+        hold = f"hold released {p['hold_released_at']} by {p['hold_released_by']}"
+    elif p["hold_until"] is not None:
+        hold = f"audience held until {p['hold_until']}"
+    else:
+        hold = ""
+    return f"\n  seed list {p['seed_recipients'] or 0:,}: {figures}; {hold}"
 
 
 def _set_aside(p: Any) -> str:

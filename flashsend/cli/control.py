@@ -17,6 +17,7 @@ from sinks.promo_store import PromoStore
 from sinks.queries import query
 from sinks.resolution_store import UnknownRowsStore
 from sinks.schedule_store import ScheduleStore, schedule_summary
+from sinks.seed_store import SeedStore, hold_summary
 from sinks.variant_store import VariantStore, variants_summary
 from streams.resolution import in_doubt_summary
 
@@ -213,11 +214,13 @@ def campaign_report(
     promo = PromoStore(conn).counts(campaign_id)
     ab = variants_summary(VariantStore(conn), campaign_id)
     schedule = schedule_summary(ScheduleStore(conn), campaign_id)
+    seeds = hold_summary(SeedStore(conn), campaign_id)
     return {
         "campaign": progress,
         "promo_codes": None if promo is None else promo.as_dict(),
         **({"ab_test": ab} if ab is not None else {}),
         **({"schedule": schedule} if schedule is not None else {}),
+        **({"seed_list": seeds} if seeds is not None else {}),
         "by_status_reason": [{"status": s, "reason": r or None, "count": n} for s, r, n in reasons],
         "in_doubt": in_doubt_summary(reasons, UnknownRowsStore(conn).resends(campaign_id)),
         "rate_over_time": [{"t_s": b * bucket_s, "per_s": round(n / bucket_s, 1)} for b, n in rate],
@@ -240,9 +243,28 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"  promo codes: {p['promo_codes_issued']:,} issued, {p['promo_codes_left']:,} left")
     if "ab_test" in report:
         print(format_variants(report["ab_test"]).lstrip("\n"))
+    if c["correction_of"]:
+        print(f"  correction of campaign {c['correction_of']} (its users with status sent)")
+    if "seed_list" in report:
+        sl = report["seed_list"]
+        print(
+            f"  seed list: {sl['seed_recipients']:,} address(es), audience held until "
+            f"{sl['hold_until']}"
+            + (
+                f", released {sl['released_at']} by {sl['released_by']}"
+                if sl["released_at"]
+                else " (not released)"
+            )
+        )
+        for row in sl["seeds"]:
+            print(f"    seed {row['email']:<40} {row['status']:<10} {row['sent_at'] or ''}")
     if "schedule" in report:
         print(format_slots(report["schedule"], limit=1_000, only_open=False).lstrip("\n"))
-    print("  status / reason:")
+    print(
+        "  status / reason (audience; seeds above):"
+        if "seed_list" in report
+        else "  status / reason:"
+    )
     for row in report["by_status_reason"]:
         print(f"    {row['status']:<10} {row['reason'] or '':<40} {row['count']:>10,}")
     d = report["in_doubt"]

@@ -70,10 +70,14 @@ SELECT status, count(*) AS n FROM campaign_recipients
 -- name: campaign_progress
 -- Everything `campaign status` shows, from the trigger-kept counters (migration 0010): a sum
 -- over at most 64 x 7 rows, whatever the campaign's size. Counting the rows themselves took
--- 0.9-2 s on 860k recipients (no index on status by design, seed trap 5).
+-- 0.9-2 s on 860k recipients (no index on status by design, seed trap 5). A seed list's
+-- rows (user id < 0, streams/seed_list.py) are counted apart in `seed`, through the
+-- (campaign_id, user_id) index: CampaignStore.progress takes them out of the audience's
+-- figures, and one statement keeps both counts of one snapshot.
 SELECT c.id, c.name, c.status, c.reason, c.rate_limit, c.recipients, c.started_at,
        c.snapshot_done_at, c.produced_at, c.paused_at, c.finished_at,
-       c.duplicate_addresses, c.invalid_addresses,
+       c.duplicate_addresses, c.invalid_addresses, c.correction_of, c.seed_recipients,
+       c.hold_until, c.hold_released_at, c.hold_released_by, s.seed,
        extract(epoch FROM now() - c.started_at) AS elapsed_s,
        p.pending, p.sending, p.sent, p.failed, p.unknown, p.skipped, p.cancelled, p.held,
        extract(epoch FROM p.first_sent_at) AS first_sent_epoch,
@@ -91,7 +95,13 @@ SELECT c.id, c.name, c.status, c.reason, c.rate_limit, c.recipients, c.started_a
                 min(first_sent_at) AS first_sent_at,
                 max(last_sent_at) AS last_sent_at
            FROM campaign_status_counts k WHERE k.campaign_id = c.id
-       ) p
+       ) p,
+       LATERAL (
+         SELECT jsonb_object_agg(x.status, x.n) AS seed
+           FROM (SELECT r.status, count(*) AS n FROM campaign_recipients r
+                  WHERE r.campaign_id = %(id)s AND r.user_id < 0 AND c.seed_recipients > 0
+                  GROUP BY r.status) x
+       ) s
  WHERE c.id = %(id)s;
 
 -- name: cancel_pending
@@ -103,8 +113,9 @@ UPDATE campaign_recipients SET status = 'cancelled', reason = 'campaign_cancelle
  WHERE campaign_id = %(id)s AND status IN ('pending', 'held');
 
 -- name: report_reasons
+-- The audience's rows: a seed list's (user id < 0) are listed apart (seed_rows).
 SELECT status, coalesce(reason, '') AS reason, count(*) AS n FROM campaign_recipients
- WHERE campaign_id = %(id)s GROUP BY status, reason ORDER BY status, n DESC;
+ WHERE campaign_id = %(id)s AND user_id >= 0 GROUP BY status, reason ORDER BY status, n DESC;
 
 -- name: report_rate
 -- Recipients sent per bucket of %(bucket_s)s seconds since the first send.

@@ -18,7 +18,8 @@
 -- in basis points) each user's variant is the first whose bound exceeds the user's bucket,
 -- md5("<campaign>:<user>") mod 10,000 (ab_test.assignment_bucket is the twin); a user in no
 -- variant is `held` until a winner is set. Without variants (NULL) the CASE never computes
--- the bucket.
+-- the bucket. With a seed hold (streams/seed_list.py) every audience row that would be
+-- pending is `held` until the hold ends (release_hold); a scheduled campaign takes no seed hold.
 -- A scheduled campaign (streams/send_plan.py) passes a plan: zone_names/zone_at (a local
 -- window: the user's zone's send_after, 'infinity' when its window has passed; a zone not in
 -- the plan takes entry 1, the default zone) or wave_* (engagement waves: the user's wave's
@@ -28,6 +29,7 @@
 INSERT INTO {partition} (campaign_id, seq, user_id, email, status, reason, variant, send_after)
 SELECT %(campaign_id)s, row_number() OVER (ORDER BY {order}), a.id, a.email,
        CASE WHEN NOT (a.email_ok AND a.nth = 1) THEN 'skipped'
+            WHEN %(hold)s THEN 'held'
             WHEN %(variant_names)s::text[] IS NOT NULL AND a.variant IS NULL THEN 'held'
             WHEN a.send_after = 'infinity' THEN 'skipped'
             WHEN a.send_after > %(now)s::timestamptz THEN 'held'
@@ -105,7 +107,7 @@ WITH batch AS (
     SELECT * FROM unnest(%(campaign_ids)s::bigint[], %(seqs)s::int[]) AS b(campaign_id, seq)
 ), cand AS MATERIALIZED (
     SELECT r.campaign_id, r.seq, u.first_name, c.status = 'paused' AS paused,
-           CASE WHEN u.id IS NULL THEN 'user_deleted'
+           CASE WHEN u.id IS NULL AND r.user_id >= 0 THEN 'user_deleted'  -- a seed: no user
                 WHEN NOT u.marketing_opt_in THEN 'opted_out'
                 WHEN u.status <> 'active' THEN 'inactive'
                 WHEN s.email IS NOT NULL THEN 'suppressed:' || s.reason
@@ -161,7 +163,7 @@ SELECT EXISTS (
 -- same race rule as claim_batch.
 WITH cand AS MATERIALIZED (
     SELECT r.seq, u.first_name, c.status = 'paused' AS paused,
-           CASE WHEN u.id IS NULL THEN 'user_deleted'
+           CASE WHEN u.id IS NULL AND r.user_id >= 0 THEN 'user_deleted'  -- a seed: no user
                 WHEN NOT u.marketing_opt_in THEN 'opted_out'
                 WHEN u.status <> 'active' THEN 'inactive'
                 WHEN s.email IS NOT NULL THEN 'suppressed:' || s.reason
@@ -219,7 +221,7 @@ UPDATE {partition} r
 -- {partition} as in record_results.
 WITH cand AS MATERIALIZED (
     SELECT r.seq,
-           CASE WHEN u.id IS NULL THEN 'user_deleted'
+           CASE WHEN u.id IS NULL AND r.user_id >= 0 THEN 'user_deleted'  -- a seed: no user
                 WHEN NOT u.marketing_opt_in THEN 'opted_out'
                 WHEN u.status <> 'active' THEN 'inactive'
                 WHEN s.email IS NOT NULL THEN 'suppressed:' || s.reason

@@ -10,8 +10,10 @@ UPDATE campaigns
 RETURNING id;
 
 -- name: ab_state
+-- The wait counts from when the test share starts: the end of the snapshot, or the end of a
+-- seed hold (NULL while the hold lasts: no winner is due).
 SELECT id, status, variants, holdout_wait_s, winner_by, winner, winner_at, winner_reason,
-       snapshot_done_at
+       CASE WHEN hold_until IS NULL THEN snapshot_done_at ELSE hold_released_at END
   FROM campaigns WHERE id = %(id)s;
 
 -- name: variant_rows
@@ -33,12 +35,14 @@ SELECT variant, delivered, bounced, complained, opened, clicked
 -- one keeps it cancelled: cancel_pending takes `held` rows too). The holdout's rows become
 -- pending with the winner's name and the requeue flag, in the same statement: reconcile's
 -- take_requeue produces their doorbells (at once by the caller, else at the next tick; on
--- resume when paused). The NOTIFY wakes the workers' campaign caches.
+-- resume when paused). While a seed hold lasts no winner is set: the test share is held too
+-- (release_hold). The NOTIFY wakes the workers' campaign caches.
 WITH won AS (
     UPDATE campaigns
        SET winner = %(variant)s, winner_at = now(), winner_reason = %(reason)s,
            updated_at = now()
      WHERE id = %(id)s AND winner IS NULL AND status IN ('sending', 'paused')
+       AND (hold_until IS NULL OR hold_released_at IS NOT NULL)  -- test share sent first
        AND variants @> jsonb_build_array(jsonb_build_object('name', %(variant)s::text))
     RETURNING id
 ), released AS (
