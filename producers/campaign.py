@@ -24,7 +24,7 @@ from flashsend.errors import FlashsendError, NotFound, UsageError
 from flashsend.settings import Settings
 from producers.corrections import check_correction_source
 from producers.doorbells import DoorbellProducer
-from producers.send_quota import DailyQuota, check_snapshot, read_daily_quota
+from producers.send_quota import DailyQuota, SpreadTarget, check_snapshot, read_daily_quota
 from producers.send_schedule import NO_PLAN, SnapshotPlan, plan_snapshot, record_plan
 from producers.topics import Replication, ensure_topics
 from schemas import serde
@@ -118,6 +118,30 @@ def _daily_quota(settings: Settings) -> DailyQuota:
         raise PreflightFailed(f"SES preflight failed: {exc}") from exc
 
 
+def check_spreadable(
+    conn: psycopg.Connection, campaign_id: int, ignore_quota: bool, has_seeds: bool
+) -> None:
+    """`--spread-over-quota` holds rows in day slots, which are seq ranges: rows held for
+    another reason (an A/B holdout, a schedule's slots, a seed hold) would be released with
+    them, so it takes a plain campaign."""
+    if ignore_quota:
+        raise UsageError("--spread-over-quota plans by the quota; it cannot go with --ignore-quota")
+    other = (
+        "an A/B test"
+        if VariantStore(conn).state(campaign_id) is not None
+        else "scheduled (--local-window/--waves)"
+        if ScheduleStore(conn).stored(campaign_id) is not None
+        else "given a seed list"
+        if has_seeds
+        else None
+    )
+    if other is not None:
+        raise UsageError(
+            f"campaign {campaign_id} is {other}: its held rows would be released with a day "
+            "of the quota plan, so --spread-over-quota takes a plain campaign"
+        )
+
+
 def snapshot(
     conn: psycopg.Connection,
     campaign_id: int,
@@ -125,6 +149,7 @@ def snapshot(
     plan: SnapshotPlan | None = None,
     quota: DailyQuota | None = None,
     seeds: SeedPlan | None = None,
+    spread_rate: float | None = None,
 ) -> int:
     """Snapshot the audience into campaign_recipients in one transaction; returns the
     audience's row count (a seed list's rows come after it and are not counted).
@@ -133,7 +158,9 @@ def snapshot(
     The transaction begins by moving the campaign out of `draft` (a conditional UPDATE): that
     row lock makes a concurrent or repeated start find nothing to do, and a snapshot that
     fails leaves the campaign in `draft`, ready to start again. With `quota`, rows that do
-    not fit the account's 24-hour quota make it fail that way (QuotaExceeded)."""
+    not fit the account's 24-hour quota make it fail that way (QuotaExceeded), unless
+    `spread_rate` (the campaign's rate) is given: then they are spread over days, one slot a
+    day (producers.send_quota.QuotaPlan)."""
     args: dict[str, Any] = {"campaign_id": campaign_id}
     with conn.transaction():
         if conn.execute(query("begin_snapshot"), {"id": campaign_id}).fetchone() is None:
@@ -163,7 +190,15 @@ def snapshot(
             SeedStore(conn).add_to_snapshot(table, campaign_id, count, seeds)
         conn.execute(sql.SQL(query("count_snapshot")).format(partition=table), args)
         if quota is not None:
-            check_snapshot(conn, campaign_id, quota)
+            now = plan.params["now"]
+            spread = None if spread_rate is None else SpreadTarget(table, now, spread_rate)
+            days = check_snapshot(conn, campaign_id, quota, spread=spread)
+            if days is not None:
+                schedule = ScheduleStore(conn)
+                schedule.record_slots(table, campaign_id, now)
+                schedule.note(
+                    campaign_id, {"quota_plan": days.to_dict(), "planned_at": now.isoformat()}
+                )
         # Statistics before any worker plans against the new rows (they become visible
         # together at commit). Without them, the planner took record_results through every
         # row of the campaign: 203 ms a call instead of 1.2 ms, for the first ~1,500 calls of
@@ -256,11 +291,13 @@ def start_campaign(
     skip_preflight: bool = False,
     now: datetime | None = None,
     ignore_quota: bool = False,
+    spread_over_quota: bool = False,
     seeds: SeedPlan | None = None,
 ) -> StartResult:
     """`now` (default: the clock) is when a scheduled campaign's plan counts from. With
     `seeds`, the seed list gets the mail first and the audience is held for `seeds.hold_s`
-    (streams/seed_list.py); a started campaign ignores them."""
+    (streams/seed_list.py); a started campaign ignores them. With `spread_over_quota`, a
+    campaign that does not fit the 24-hour quota is planned over days instead of refused."""
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         row = conn.execute(query("get_campaign"), {"id": campaign_id}).fetchone()
         if row is None:
@@ -295,9 +332,14 @@ def start_campaign(
                     "already wait for their time, so it takes no seed hold; send the seed "
                     "list as a campaign of its own first"
                 )
+            spread_rate = None
+            if spread_over_quota:
+                check_spreadable(conn, campaign_id, ignore_quota, seeds is not None)
+                rate_row = conn.execute(query("get_campaign"), {"id": campaign_id}).fetchone()
+                spread_rate = float(rate_row[5]) if rate_row else 0.0
             t0 = time.monotonic()
             plan = plan_snapshot(settings, conn, campaign_id, audience, now or datetime.now(UTC))
-            recipients = snapshot(conn, campaign_id, audience, plan, quota, seeds)
+            recipients = snapshot(conn, campaign_id, audience, plan, quota, seeds, spread_rate)
             snapshot_s = time.monotonic() - t0
             already = False
         elif status in ("sending", "paused") and produced_at is None:

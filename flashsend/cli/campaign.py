@@ -214,6 +214,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "ACCOUNT_DAILY_QUOTA_EXCEEDED when SES runs out)",
     )
     p.add_argument(
+        "--spread-over-quota",
+        action="store_true",
+        help="when the campaign does not fit the 24-hour quota, plan it over days instead of "
+        "refusing it: what the quota has left now goes today, the rest waits `held` in one "
+        "slot a day of the same size, each starting once the day before has left SES's "
+        "rolling 24 hours (status shows the slots; a plain campaign only: no A/B test, "
+        "schedule or seed list)",
+    )
+    p.add_argument(
         "--seed-list",
         default=None,
         metavar="FILE",
@@ -385,11 +394,13 @@ def cmd_start(args: argparse.Namespace) -> int:
         args.id,
         progress=lambda d, t: bar.update(d, t),
         ignore_quota=args.ignore_quota,
+        spread_over_quota=args.spread_over_quota,
         seeds=seeds,
     )
     bar.close()
+    days = quota_plan(settings, args.id) if args.spread_over_quota else None
     if args.json:
-        print(json.dumps(result.__dict__))
+        print(json.dumps({**result.__dict__, **({"quota_plan": days} if days else {})}))
     elif result.already_started and result.produced == 0:
         print(f"campaign {args.id} was already started: nothing new produced")
     else:
@@ -402,8 +413,23 @@ def cmd_start(args: argparse.Namespace) -> int:
                 if seeds is not None and not result.already_started
                 else ""
             )
+            + (
+                f"; over the 24-hour quota: {days['days']} day(s) of {days['per_day']:,}, "
+                f"each {days['period_s'] / 3600:.2f} h after the one before "
+                f"(flashsend campaign status {args.id} shows them)"
+                if days
+                else ""
+            )
         )
     return 0
+
+
+def quota_plan(settings: Any, campaign_id: int) -> dict[str, Any] | None:
+    """The plan over days a `--spread-over-quota` start made (None when the campaign fit)."""
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        stored = ScheduleStore(conn).stored(campaign_id)
+    plan = (stored or {}).get("quota_plan")
+    return dict(plan) if plan else None
 
 
 def format_status(p: Any, promo: PromoCounts | None = None) -> str:
@@ -454,6 +480,12 @@ def format_slots(
     if schedule.get("local_window"):
         w = schedule["local_window"]
         plan = f"local window {w['start']}-{w['end']} {w['date'] or '(next per zone)'}"
+    elif schedule.get("quota_plan"):
+        q = schedule["quota_plan"]
+        plan = (
+            f"over the 24-hour quota, {q['days']} day(s) of {q['per_day']:,} "
+            f"every {q['period_s'] / 3600:.2f} h"
+        )
     else:
         plan = "waves " + ",".join(f"{w['tier']}:{w['span_s']:g}s" for w in schedule["waves"])
     unknown = schedule.get("unknown_timezones") or {}

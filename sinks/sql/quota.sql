@@ -15,3 +15,30 @@ SELECT coalesce(sum(k.n), 0)::bigint
  WHERE c.id <> %(id)s
    AND c.status NOT IN ('draft', 'cancelled', 'done', 'failed')
    AND k.status IN ('pending', 'sending', 'held');
+
+-- name: spread_over_quota
+-- `campaign start --spread-over-quota`, in the snapshot's transaction over the campaign's own
+-- detached partition (no one else sees it yet), after count_snapshot: the pending rows in seq
+-- order, %(per_day)s a day; day 0's stay pending, day k's become `held` with send_after
+-- %(now)s + k periods, so each day is one contiguous seq range and record_slots makes it a
+-- slot the scheduler releases when due. The counters count_snapshot wrote move with them.
+WITH ranked AS (
+    SELECT seq, (row_number() OVER (ORDER BY seq) - 1) / %(per_day)s AS day
+      FROM {partition} WHERE status = 'pending'
+), moved AS (
+    UPDATE {partition} r
+       SET status = 'held',
+           send_after = %(now)s::timestamptz + ranked.day * %(period_s)s * interval '1 second'
+      FROM ranked
+     WHERE r.seq = ranked.seq AND ranked.day > 0
+    RETURNING r.seq
+), n AS (
+    SELECT count(*) AS n FROM moved
+), counters AS (
+    INSERT INTO campaign_status_counts AS c (campaign_id, shard, status, n)
+    SELECT %(campaign_id)s, 0, d.status, d.sign * n.n
+      FROM n, (VALUES ('held', 1), ('pending', -1)) AS d(status, sign)
+     WHERE n.n > 0
+    ON CONFLICT (campaign_id, shard, status) DO UPDATE SET n = c.n + EXCLUDED.n
+)
+SELECT n FROM n;
