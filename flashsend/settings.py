@@ -80,6 +80,17 @@ class Settings(BaseSettings):
     transactional_reserve: float = 50.0
     audience_condition: str = "u.status = 'active' AND u.marketing_opt_in"
 
+    # SMS campaigns (AWS End User Messaging SMS, `pinpoint-sms-voice-v2`). Locally the SES
+    # stand-in speaks that protocol too, on the same endpoint; against AWS (ses_endpoint "")
+    # boto3 finds the service's own endpoint.
+    sms_origination_identity: str = "+12065550100"
+    sms_configuration_set: str = "marketing-sms"
+    sms_opt_out_list: str = "Default"
+    # SendTextMessage calls in flight per worker: one message per call, so a lane's call of
+    # up to 50 rows goes out as concurrent calls on a thread pool of this size.
+    sms_inflight_calls: int = 16
+    sms_timeout_s: float = 10.0
+
     # Sender tuning.
     batch_size: int = 50
     inflight_calls: int = 12

@@ -22,12 +22,14 @@ from flashsend.deliverability import check_separation
 from flashsend.errors import FlashsendError, NotFound, UsageError
 from flashsend.settings import Settings
 from producers.doorbells import DoorbellProducer
+from producers.sms_campaign import sync_opt_outs
 from producers.topics import Replication, ensure_topics
 from schemas import serde
 from schemas.doorbell import DOORBELL_BATCH_RECORDS, DoorbellWriter
 from sinks import recipient_partitions as partitions
 from sinks.queries import query
 from sinks.ses import SesCallFailed, SesSender, make_client
+from sinks.sms import SmsCallFailed
 from sinks.variant_store import VariantStore
 from streams.ab_test import bounds as ab_bounds
 
@@ -128,9 +130,10 @@ def snapshot(conn: psycopg.Connection, campaign_id: int, audience: str) -> int:
         conn.execute("SET LOCAL work_mem = '256MB'")
         conn.execute("SET LOCAL maintenance_work_mem = '256MB'")
         table = partitions.create_detached(conn, campaign_id)
-        stmt = sql.SQL(query("snapshot_recipients")).format(
-            audience=sql.SQL(audience), partition=table
-        )
+        channel_row = conn.execute(query("campaign_channel"), {"id": campaign_id}).fetchone()
+        sms = channel_row is not None and channel_row[0] == "sms"
+        statement = "snapshot_sms_recipients" if sms else "snapshot_recipients"
+        stmt = sql.SQL(query(statement)).format(audience=sql.SQL(audience), partition=table)
         count = conn.execute(stmt, snapshot_args).rowcount
         conn.execute(sql.SQL(query("count_snapshot")).format(partition=table), args)
         # Statistics before any worker plans against the new rows (they become visible
@@ -225,8 +228,14 @@ def start_campaign(
         if row is None:
             raise NotFound(f"campaign {campaign_id} does not exist")
         template, rate, audience, status, produced_at = row[2], row[5], row[6], row[7], row[13]
+        channel = row[16]
         if status == "draft":
-            if not skip_preflight:
+            if channel == "sms":
+                try:
+                    sync_opt_outs(settings, conn)
+                except SmsCallFailed as exc:
+                    raise PreflightFailed(f"the SMS opt-out list cannot be read: {exc}") from exc
+            elif not skip_preflight:
                 committed_row = conn.execute(
                     query("committed_marketing_rate"), {"id": campaign_id}
                 ).fetchone()

@@ -37,8 +37,15 @@ def create_campaign(
     configuration_set: str | None = None,
     audience: str | None = None,
     ab: AbTest | None = None,
+    channel: str = "email",
 ) -> int:
-    """A draft campaign; with `ab`, an A/B test (created in one transaction with it)."""
+    """A draft campaign; with `ab`, an A/B test (created in one transaction with it). An SMS
+    campaign's `template` is its body, its sender the settings' origination identity."""
+    if channel not in ("email", "sms"):
+        raise UsageError(f"channel must be email or sms, got {channel!r}")
+    sms = channel == "sms"
+    if sms and ab is not None:
+        raise UsageError("an A/B test is not available for SMS campaigns")
     if ab is not None:
         check_variants(ab.variants)
         problem = missing_event_type(ab.winner_by, event_types(settings))
@@ -48,10 +55,13 @@ def create_campaign(
         cid = CampaignStore(conn).create(
             name=name,
             template=template,
-            from_address=from_address or settings.from_address,
-            configuration_set=configuration_set or settings.marketing_configuration_set,
+            from_address=from_address
+            or (settings.sms_origination_identity if sms else settings.from_address),
+            configuration_set=configuration_set
+            or (settings.sms_configuration_set if sms else settings.marketing_configuration_set),
             rate_limit=settings.default_rate if rate is None else rate,
             audience_condition=audience or settings.audience_condition,
+            channel=channel,
         )
         if ab is not None:
             VariantStore(conn).set_variants(cid, ab.variants, ab.holdout_wait_s, ab.winner_by)

@@ -86,6 +86,7 @@ class LiveCampaign:
     name: str
     partition_weights: list[int] | None = None  # recipients per partition at first produce
     variants: list[dict[str, Any]] | None = None  # an A/B test's [{name, template, percent}]
+    channel: str = "email"  # "sms": template is the body, from_address the origination id
 
     def template_for(self, variant: str | None) -> str:
         """The template of a row's variant (the winner's for a released holdout row); the

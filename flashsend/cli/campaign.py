@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 
+from flashsend.errors import UsageError
 from flashsend.progress import ProgressLine
 from flashsend.settings import Settings, load_settings
 from producers.campaign_ops import (
@@ -62,7 +63,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "template; `campaign promote ID VARIANT` picks the winner by hand at any time before. "
         "Automatic winners need the SES Open/Click events: FLASHSEND_SES_EVENT_TYPES must "
         "include them. Example: flashsend campaign create --name sale --variant A=sale_a:10 "
-        "--variant B=sale_b:10 --holdout-wait 2h --winner-by clicks",
+        "--variant B=sale_b:10 --holdout-wait 2h --winner-by clicks. "
+        "SMS: --channel sms --body TEXT texts each user's phone (users.phone, E.164 after "
+        "normalising; others are skipped, invalid_phone) from FLASHSEND_SMS_ORIGINATION_IDENTITY; "
+        "--rate counts messages. Example: flashsend campaign create --name sale-sms "
+        "--channel sms --body 'Hi {{first_name}}, -50% today. Reply STOP to opt out' --rate 50",
+    )
+    p.add_argument(
+        "--channel",
+        choices=("email", "sms"),
+        default="email",
+        help="email (SES) or sms (AWS End User Messaging SMS); default %(default)s",
+    )
+    p.add_argument(
+        "--body",
+        default=None,
+        help="with --channel sms: the message, {{first_name}} and {{promo_code}} filled in "
+        "(GSM-7: 160 characters a segment, 153 once split; other characters: 70 / 67)",
     )
     p.add_argument("--name", required=True, help="a name for people (shown by status/report)")
     p.add_argument(
@@ -220,10 +237,15 @@ def cmd_create(args: argparse.Namespace) -> int:
             holdout_wait_s=parse_duration(args.holdout_wait),
             winner_by=args.winner_by,
         )
+    if args.channel == "sms" and not args.body:
+        raise UsageError("--channel sms needs --body TEXT (the message)")
+    if args.channel == "email" and args.body:
+        raise UsageError("--body is the text of an SMS campaign: add --channel sms")
     cid = create_campaign(
         settings,
         name=args.name,
-        template=args.template,
+        template=args.body if args.channel == "sms" else args.template,
+        channel=args.channel,
         rate=args.rate,
         from_address=args.from_address,
         configuration_set=args.configuration_set,

@@ -23,8 +23,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--holdout-wait has passed, the demo promotes the winner (by clicks counted so far; "
         "a tie goes to A) and the rest gets its template. The summary then has `variants` "
         "(per-variant sent, delivered, bounced, complained, opened, clicked) and `winner`. "
+        "With --channel sms the campaign is a text message to each user's phone through AWS End "
+        "User Messaging SMS (the stand-in speaks pinpoint-sms-voice-v2): users get demo numbers, "
+        "0.2 % of them invalid (skipped, invalid_phone), and the summary adds `segments`; "
+        "--rate counts messages. "
         "Example: flashsend demo --users 60000 --rate 777 --json; "
-        "flashsend demo --users 20000 --rate 0 --variants 2 --json",
+        "flashsend demo --users 20000 --rate 0 --variants 2 --json; "
+        "flashsend demo --channel sms --users 20000 --rate 0 --json",
     )
     p.add_argument("--users", type=int, default=1_000_000, help="users to seed (default 1M)")
     p.add_argument(
@@ -34,6 +39,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="campaign limit in recipients/s; 0 = unlimited (default)",
     )
     p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    p.add_argument(
+        "--channel",
+        choices=("email", "sms"),
+        default="email",
+        help="email (SES SendBulkEmail) or sms (one SendTextMessage per user); default %(default)s",
+    )
     p.add_argument(
         "--variants",
         type=int,
@@ -86,6 +97,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 promo_codes=args.promo_codes,
                 variants=args.variants,
                 holdout_wait_s=parse_duration(args.holdout_wait),
+                channel=args.channel,
             ),
         )
     if args.json:

@@ -1,14 +1,14 @@
 -- name: create_campaign
 INSERT INTO campaigns (name, template, from_address, configuration_set, rate_limit,
-                       audience_condition)
+                       audience_condition, channel)
 VALUES (%(name)s, %(template)s, %(from_address)s, %(configuration_set)s, %(rate_limit)s,
-        %(audience_condition)s)
+        %(audience_condition)s, %(channel)s)
 RETURNING id;
 
 -- name: get_campaign
 SELECT id, name, template, from_address, configuration_set, rate_limit, audience_condition,
        status, reason, recipients, created_at, started_at, snapshot_done_at, produced_at,
-       paused_at, finished_at
+       paused_at, finished_at, channel
   FROM campaigns WHERE id = %(id)s;
 
 -- name: begin_snapshot
@@ -38,7 +38,7 @@ UPDATE campaigns
 -- Polled by every worker a few times a second: tiny table. Recently finished campaigns are
 -- included so a lane holding rows of a just-cancelled campaign releases them as cancelled.
 SELECT id, status, rate_limit, template, from_address, configuration_set, name,
-       partition_weights, variants
+       partition_weights, variants, channel
   FROM campaigns
  WHERE status IN ('sending', 'paused', 'snapshotting')
     OR (status IN ('cancelled', 'done', 'failed') AND updated_at > now() - interval '1 hour');
