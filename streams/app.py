@@ -108,6 +108,7 @@ class Runtime:
                         lambda: SmsSender(make_sms_client(s, pool=s.sms_inflight_calls * 2)),
                         inflight=s.sms_inflight_calls,
                         is_sending=self.campaigns.is_sending,
+                        call_size=s.sms_call_size,
                     )
                 },
             )

@@ -18,6 +18,11 @@ from streams.call_outcome import CallOutcome
 
 
 class Channel(Protocol):
+    # Rows per lane call (at most the sender's MAX_ENTRIES). The rows of a call enter it
+    # together (in_call_at), so a worker killed mid-call leaves them all unknown: a channel
+    # that sends a call's rows one request each keeps this near what it has in flight.
+    max_entries: int
+
     async def send(self, campaign: LiveCampaign, rows: list[ClaimedRecipient]) -> CallOutcome:
         """Send the rows of one lane call (one campaign, rows already entered their call):
         every row ends in `final` or `retry`. Never raises for a provider's answer."""

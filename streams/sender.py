@@ -303,12 +303,15 @@ class Lane:
         await self._release_queued("worker_stopped")
 
     def _call_size(self) -> int:
-        """Entries in the next call: a full SES call unless the pacer wants smaller bursts."""
+        """Entries in the next call: a full call of the campaign's channel unless the pacer
+        wants smaller bursts."""
         first = self._rows[0]
         campaign = self._sender.campaigns.get(first.campaign_id)
         if campaign is None:
             return MAX_ENTRIES
-        return self._pacer(first.campaign_id, campaign.rate_limit)[0].call_size(MAX_ENTRIES)
+        channel = self._sender.channels.get(campaign.channel)
+        full = MAX_ENTRIES if channel is None else channel.max_entries
+        return self._pacer(first.campaign_id, campaign.rate_limit)[0].call_size(full)
 
     async def _fill(self) -> None:
         """Wait, at most LINGER_S after the oldest queued row arrived, for a full call. Never

@@ -1,12 +1,14 @@
 """The SMS channel: one SendTextMessage per recipient, sent concurrently within a lane call.
 
-The lane hands over up to 50 rows per call, paced and counted as one call of that many
-messages (streams.sender), exactly as for email. Here each row becomes its own request, and the
-requests of a call run at once on a thread pool of `inflight` threads shared by all lanes of
-the worker (boto3 is blocking): a lane's throughput is then about `inflight / latency`
-instead of `1 / latency`, while a pause still lets at most the messages of one lane call out
-(each message checks the campaign right before its request; those not started yet go back to
-the lane, which releases them).
+The lane hands over up to `call_size` rows per call (FLASHSEND_SMS_CALL_SIZE, 10), paced and
+counted as one call of that many messages (streams.sender), exactly as for email. Here each
+row becomes its own request, and the requests of a call run at once on a thread pool of
+`inflight` threads shared by all lanes of the worker (boto3 is blocking): a worker's
+throughput is then about `inflight / latency` instead of `lanes / latency`. The rows of a call
+enter it together, so a worker killed mid-call leaves at most `call_size` rows per lane
+unknown, and a pause lets at most one call's messages out per lane (each message checks the
+campaign right before its request; those not started yet go back to the lane, which
+releases them).
 
 Numbers are checked before any request (streams.phones): an invalid one is skipped,
 `invalid_phone:<why>`. Each answer maps through streams.sms_outcomes. Segments of every
@@ -54,7 +56,9 @@ class SmsChannel:
         *,
         inflight: int,
         is_sending: Callable[[int], bool],
+        call_size: int = 10,
     ) -> None:
+        self.max_entries = call_size
         # A factory is called at the first message: a worker that never sends an SMS never
         # loads the service's model nor opens its connections.
         self._sms: SmsSender | None = sms if isinstance(sms, SmsSender) else None

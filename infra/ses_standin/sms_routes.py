@@ -89,9 +89,11 @@ class SmsApi:
             return _answer(exc.body(), exc.status, exc.code)
 
     async def stats(self, request: web.Request) -> web.Response:
-        return web.json_response(
-            {**self.sms.stats(request.query.get("campaign")), "now": time.time()}
-        )
+        stats = self.sms.stats(request.query.get("campaign"))
+        # Process-wide, as in /_admin/stats: calls accepted and never answered.
+        stats["hung_calls"] = self.account.hung_calls
+        stats["hung_recipients"] = self.account.hung_recipients
+        return web.json_response({**stats, "now": time.time()})
 
     async def messages(self, request: web.Request) -> web.Response:
         q = request.query
