@@ -12,7 +12,7 @@ releases them).
 
 Numbers are checked before any request (streams.phones): an invalid one is skipped,
 `invalid_phone:<why>`. Each answer maps through streams.sms_outcomes. Segments of every
-message sent are counted (streams.sms_text) in `stats["segments"]`.
+message sent are counted (streams.sms_text) in `flashsend_sms_segments_total`.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class SmsChannel:
         self._is_sending = is_sending
         self._executor = ThreadPoolExecutor(max_workers=inflight, thread_name_prefix="sms")
         self._slots = asyncio.Semaphore(inflight)
-        self.stats: dict[str, int] = {"calls": 0, "segments": 0}
+        self.stats: dict[str, int] = {"calls": 0}
 
     async def send(self, campaign: LiveCampaign, rows: list[ClaimedRecipient]) -> CallOutcome:
         outcome = CallOutcome([], [])
@@ -93,13 +93,14 @@ class SmsChannel:
             )
         answers = await asyncio.gather(*(self._one(campaign.id, m) for _, m in requests))
         answer_times: list[float | None] = []
+        segments = 0
         for (row, message), (message_id, failure, answered_at) in zip(
             requests, answers, strict=True
         ):
             answer_times.append(answered_at)
             if message_id is not None:
                 outcome.final.append(RowResult(row.seq, "sent", None, message_id))
-                self.stats["segments"] += count_segments(message.body).count
+                segments += count_segments(message.body).count
                 continue
             if failure is None:  # the campaign stopped sending before this one's turn
                 outcome.retry.append(row)
@@ -120,6 +121,7 @@ class SmsChannel:
                 outcome.final.append(RowResult(row.seq, status, verdict.reason, None))
         if answer_times and None not in answer_times:
             outcome.answered_at = max(t for t in answer_times if t is not None)
+        metrics.count_sms_segments(campaign.id, segments)
         return outcome
 
     async def _one(

@@ -10,6 +10,7 @@ import uuid
 import psycopg
 import pytest
 
+from flashsend import metrics
 from flashsend.lab.chaos import ChaosOptions, run_chaos
 from flashsend.lab.demo import SMS_BODY, DemoOptions, run_demo
 from flashsend.lab.workers import WorkerPool
@@ -247,6 +248,10 @@ def test_a_lane_call_sends_its_messages_concurrently(settings: Settings) -> None
     assert len(stopped.retry) == 5 and stopped.final == []
     assert ses.sms_stats(str(cid))["accepted"] == 32
     assert ses.sms_messages(campaign=str(cid))[0]["body"] == "Hi An"
+    counted = metrics.REGISTRY.get_sample_value(
+        "flashsend_sms_segments_total", {"campaign": str(cid)}
+    )
+    assert counted == 32  # one segment each
 
 
 def test_sms_chaos_kills_and_hangs_keep_the_invariants(settings: Settings) -> None:
