@@ -45,6 +45,12 @@ SES_CALL_SECONDS = Histogram(
     registry=REGISTRY,
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
 )
+SMS_SEGMENTS = Counter(
+    "flashsend_sms_segments",
+    "segments of the SMS accepted by the provider (what carriers bill)",
+    ["campaign"],
+    registry=REGISTRY,
+)
 SES_CALLS = Counter(
     "flashsend_ses_calls", "SES calls by result", ["api", "result"], registry=REGISTRY
 )
@@ -96,6 +102,11 @@ PUBLISHED = Counter(
 class HasStatus(Protocol):
     @property
     def status(self) -> str: ...
+
+
+def count_sms_segments(campaign_id: int, segments: int) -> None:
+    if segments:
+        SMS_SEGMENTS.labels(str(campaign_id)).inc(segments)
 
 
 def count_results(campaign_id: int, results: Sequence[HasStatus]) -> None:

@@ -84,6 +84,21 @@ class Settings(BaseSettings):
     default_timezone: str = "UTC"
     recent_engagement_days: float = 30.0
 
+    # SMS campaigns (AWS End User Messaging SMS, `pinpoint-sms-voice-v2`). Locally the SES
+    # stand-in speaks that protocol too, on the same endpoint; against AWS (ses_endpoint "")
+    # boto3 finds the service's own endpoint.
+    sms_origination_identity: str = "+12065550100"
+    sms_configuration_set: str = "marketing-sms"
+    sms_opt_out_list: str = "Default"
+    # SendTextMessage calls in flight per worker: one message per call, so a lane's call of
+    # up to 50 rows goes out as concurrent calls on a thread pool of this size.
+    sms_inflight_calls: int = 16
+    # Rows per lane call of an SMS campaign (1..50): they enter the call together, so a worker
+    # killed mid-call leaves at most this many unknown per lane; several lanes' calls keep
+    # sms_inflight_calls busy.
+    sms_call_size: int = 10
+    sms_timeout_s: float = 10.0
+
     # Sender tuning.
     batch_size: int = 50
     inflight_calls: int = 12
@@ -195,6 +210,8 @@ class Settings(BaseSettings):
         # Frozen model: defaults that depend on other fields are filled once, here.
         if self.kafka_brokers < 1:
             raise ValueError(f"FLASHSEND_KAFKA_BROKERS must be >= 1, got {self.kafka_brokers}")
+        if not 1 <= self.sms_call_size <= 50:
+            raise ValueError(f"FLASHSEND_SMS_CALL_SIZE must be 1..50, got {self.sms_call_size}")
         if not self.kafka_bootstrap:
             nodes = [self.kafka_node_ports(i)[0] for i in range(self.kafka_brokers)]
             bootstrap = ",".join(f"127.0.0.1:{port}" for port in nodes)

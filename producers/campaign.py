@@ -26,6 +26,7 @@ from producers.corrections import check_correction_source
 from producers.doorbells import DoorbellProducer
 from producers.send_quota import DailyQuota, SpreadTarget, check_snapshot, read_daily_quota
 from producers.send_schedule import NO_PLAN, SnapshotPlan, plan_snapshot, record_plan
+from producers.sms_campaign import sync_opt_outs
 from producers.topics import Replication, ensure_topics
 from schemas import serde
 from schemas.doorbell import DOORBELL_BATCH_RECORDS, DoorbellWriter
@@ -34,6 +35,7 @@ from sinks.queries import query
 from sinks.schedule_store import ScheduleStore
 from sinks.seed_store import SeedPlan, SeedStore
 from sinks.ses import SesCallFailed, SesSender, make_client
+from sinks.sms import SmsCallFailed
 from sinks.variant_store import VariantStore
 from streams.ab_test import bounds as ab_bounds
 
@@ -181,7 +183,10 @@ def snapshot(
         conn.execute("SET LOCAL work_mem = '256MB'")
         conn.execute("SET LOCAL maintenance_work_mem = '256MB'")
         table = partitions.create_detached(conn, campaign_id)
-        stmt = sql.SQL(query("snapshot_recipients")).format(
+        channel_row = conn.execute(query("campaign_channel"), {"id": campaign_id}).fetchone()
+        sms = channel_row is not None and channel_row[0] == "sms"
+        statement = "snapshot_sms_recipients" if sms else "snapshot_recipients"
+        stmt = sql.SQL(query(statement)).format(
             audience=sql.SQL(audience), partition=table, order=plan.order
         )
         count = conn.execute(stmt, snapshot_args).rowcount
@@ -303,9 +308,15 @@ def start_campaign(
         if row is None:
             raise NotFound(f"campaign {campaign_id} does not exist")
         template, rate, audience, status, produced_at = row[2], row[5], row[6], row[7], row[13]
+        channel = row[16]
         if status == "draft":
             quota = None
-            if not skip_preflight:
+            if channel == "sms":
+                try:
+                    sync_opt_outs(settings, conn)
+                except SmsCallFailed as exc:
+                    raise PreflightFailed(f"the SMS opt-out list cannot be read: {exc}") from exc
+            elif not skip_preflight:
                 committed_row = conn.execute(
                     query("committed_marketing_rate"), {"id": campaign_id}
                 ).fetchone()
@@ -326,6 +337,11 @@ def start_campaign(
                 if not ignore_quota:
                     quota = _daily_quota(settings)
             check_correction_source(conn, campaign_id)
+            if channel == "sms" and (seeds is not None or spread_over_quota):
+                raise UsageError(
+                    "a seed list and --spread-over-quota are for email campaigns (the SES "
+                    "24-hour quota); an SMS campaign takes neither"
+                )
             if seeds is not None and ScheduleStore(conn).stored(campaign_id) is not None:
                 raise UsageError(
                     f"campaign {campaign_id} is scheduled (--local-window/--waves): its rows "

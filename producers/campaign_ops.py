@@ -49,13 +49,22 @@ def create_campaign(
     schedule: Schedule | None = None,
     ramp: Sequence[RampStep] | None = None,
     correction_of: int | None = None,
+    channel: str = "email",
 ) -> int:
     """A draft campaign; with `ab`, an A/B test; with `schedule`, a local-time window or
     engagement waves; with `ramp`, a rate ramp (each stored in one transaction with it). A
     ramp without `rate` takes its highest step as the rate limit, so preflight checks the
     ramp's peak against the account's MaxSendRate. With `correction_of`, a correction of
     that campaign: its audience is the users it sent to, within `audience`
-    (producers/corrections.py)."""
+    (producers/corrections.py). An SMS campaign's `template` is its body, its sender the
+    settings' origination identity."""
+    if channel not in ("email", "sms"):
+        raise UsageError(f"channel must be email or sms, got {channel!r}")
+    sms = channel == "sms"
+    if sms and ab is not None:
+        raise UsageError("an A/B test is not available for SMS campaigns")
+    if sms and schedule is not None:
+        raise UsageError("a local window or waves are not available for SMS campaigns yet")
     if schedule is not None:
         check_schedule(schedule, has_variants=ab is not None, now=datetime.now(UTC))
         load_zone(settings.default_timezone)  # a bad default zone fails now, not at start
@@ -75,10 +84,13 @@ def create_campaign(
         cid = CampaignStore(conn).create(
             name=name,
             template=template,
-            from_address=from_address or settings.from_address,
-            configuration_set=configuration_set or settings.marketing_configuration_set,
+            from_address=from_address
+            or (settings.sms_origination_identity if sms else settings.from_address),
+            configuration_set=configuration_set
+            or (settings.sms_configuration_set if sms else settings.marketing_configuration_set),
             rate_limit=rate,
             audience_condition=condition,
+            channel=channel,
         )
         if ab is not None:
             VariantStore(conn).set_variants(cid, ab.variants, ab.holdout_wait_s, ab.winner_by)

@@ -84,6 +84,7 @@ class CampaignStore:
         configuration_set: str | None,
         rate_limit: float,
         audience_condition: str,
+        channel: str = "email",
     ) -> int:
         row = self.conn.execute(
             query("create_campaign"),
@@ -94,6 +95,7 @@ class CampaignStore:
                 "configuration_set": configuration_set,
                 "rate_limit": rate_limit,
                 "audience_condition": audience_condition,
+                "channel": channel,
             },
         ).fetchone()
         assert row is not None

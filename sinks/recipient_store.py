@@ -88,6 +88,7 @@ class LiveCampaign:
     variants: list[dict[str, Any]] | None = None  # an A/B test's [{name, template, percent}]
     ramp: list[dict[str, float]] | None = None  # a rate ramp's [{at_s, rate}] (streams/ramp.py)
     sending_elapsed_s: float = 0.0  # seconds spent sending, as of the read (the ramp's clock)
+    channel: str = "email"  # "sms": template is the body, from_address the origination id
 
     def template_for(self, variant: str | None) -> str:
         """The template of a row's variant (the winner's for a released holdout row); the

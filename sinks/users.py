@@ -44,6 +44,24 @@ ON CONFLICT (email) DO NOTHING
 """
 
 
+# Phones for the SMS demo, written only where missing (an email-only run never pays for them):
+# Vietnamese mobile numbers as people type them (`+84 9…`, normalised by the snapshot), one per
+# user, and 0.2 % invalid (empty, no country code, too short, letters).
+FILL_PHONES = """
+UPDATE users
+   SET phone = CASE WHEN id %% 500 = 7
+                    THEN (ARRAY['', '0912345678', '+84 12', 'call me'])[1 + (id / 500) %% 4]
+                    ELSE '+84 9' || lpad(id::text, 8, '0') END
+ WHERE id <= %(upto)s AND phone IS NULL
+"""
+
+
+def fill_phones(dsn: str, upto: int) -> int:
+    """Give users 1..`upto` without a phone the demo's number; returns rows changed."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(FILL_PHONES, {"upto": upto}).rowcount
+
+
 def seed_users(dsn: str, count: int, *, seed: float = 0.42) -> SeedResult:
     """Add `count` users after the current highest id (deterministic for a given seed)."""
     with psycopg.connect(dsn, autocommit=False) as conn:

@@ -21,9 +21,11 @@ from schemas import serde
 from sinks.offsets import Assignment
 from sinks.recipient_store import RecipientStore
 from sinks.ses import SesSender, make_client
+from sinks.sms import SmsSender, make_sms_client
 from streams import faust_offsets
 from streams.campaign_state import CampaignCache
 from streams.sender import CampaignSender, PartitionFlow, SenderConfig
+from streams.sms_channel import SmsChannel
 
 log = logging.getLogger("flashsend.app")
 
@@ -101,6 +103,14 @@ class Runtime:
                 dlq=DeadLetterProducer(s.kafka_bootstrap, s.topic_dlq),
                 headers_for=deliverability.unsubscribe_headers(s),  # RFC 8058 one-click
                 flow=self.flow,
+                channels={
+                    "sms": SmsChannel(
+                        lambda: SmsSender(make_sms_client(s, pool=s.sms_inflight_calls * 2)),
+                        inflight=s.sms_inflight_calls,
+                        is_sending=self.campaigns.is_sending,
+                        call_size=s.sms_call_size,
+                    )
+                },
             )
             health.PROBE.expect(health.ASSIGNED)  # /readyz: after the first assignment's seek
             health.start_heartbeat()  # /healthz

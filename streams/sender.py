@@ -55,8 +55,10 @@ from sinks.recipient_store import (
 from sinks.ses import BulkEntry, EntryStatus, SesCallFailed, SesSender
 from streams.addresses import is_valid_email
 from streams.backoff import backoff_delay
+from streams.call_outcome import CallOutcome
 from streams.call_split import Bisection
 from streams.campaign_state import CampaignCache
+from streams.channel import Channel
 from streams.outcomes import (
     Outcome,
     classify_call_error,
@@ -301,13 +303,16 @@ class Lane:
         await self._release_queued("worker_stopped")
 
     def _call_size(self) -> int:
-        """Entries in the next call: a full SES call unless the pacer wants smaller bursts."""
+        """Entries in the next call: a full call of the campaign's channel unless the pacer
+        wants smaller bursts."""
         first = self._rows[0]
         campaign = self._sender.campaigns.get(first.campaign_id)
         if campaign is None:
             return MAX_ENTRIES
         rate = self._sender.campaigns.rate_now(campaign)
-        return self._pacer(first.campaign_id, rate)[0].call_size(MAX_ENTRIES)
+        channel = self._sender.channels.get(campaign.channel)
+        full = MAX_ENTRIES if channel is None else channel.max_entries
+        return self._pacer(first.campaign_id, rate)[0].call_size(full)
 
     async def _fill(self) -> None:
         """Wait, at most LINGER_S after the oldest queued row arrived, for a full call. Never
@@ -464,30 +469,6 @@ class Lane:
                     )
 
 
-@dataclass
-class CallOutcome:
-    final: list[RowResult]
-    retry: list[ClaimedRecipient]
-    retry_reason: str | None = None
-    throttled: bool = False
-    pause_reason: str | None = None
-    # False when SES answered with an error instead of per-entry results, or not at all.
-    answered: bool = True
-    # time.monotonic() in the calling thread when the last answer arrived, before the hop back
-    # to the event loop: SES accepted nothing of these calls later than that. None when a call
-    # got no answer (the lane then counts it until its own clock says the call is over).
-    answered_at: float | None = None
-
-    def merge(self, part: CallOutcome) -> None:
-        """Add the outcome of one more call for other rows of the same lane call."""
-        self.final += part.final
-        self.retry += part.retry
-        self.retry_reason = part.retry_reason or self.retry_reason
-        self.throttled = self.throttled or part.throttled
-        self.pause_reason = self.pause_reason or part.pause_reason
-        self.answered = self.answered and part.answered
-
-
 def replacement_data(row: ClaimedRecipient) -> dict[str, Any]:
     """The template's values for one recipient: {{first_name}}, {{user_id}}, and
     {{promo_code}} when the campaign has a pool (the code bound at the claim)."""
@@ -530,8 +511,11 @@ class CampaignSender:
         headers_for: HeadersFor = _no_headers,
         rng: random.Random | None = None,
         flow: PartitionFlow | None = None,
+        channels: Mapping[str, Channel] | None = None,
     ) -> None:
         self.config = config
+        # Campaigns of these channels are sent through them; email's calls are made here.
+        self.channels = dict(channels or {})
         self.flow = flow
         self._paused: set[int] = set()  # partitions this sender asked `flow` to pause
         self.store = store
@@ -980,6 +964,9 @@ class CampaignSender:
         makes too) never goes into a call: skipped, `invalid_email:<why>`. The lane paces the
         whole of `rows` as one call: the calls of a split accept a subset of them, and a refused
         call accepts nothing."""
+        channel = self.channels.get(campaign.channel)
+        if channel is not None:
+            return await channel.send(campaign, rows)
         outcome = CallOutcome([], [])
         sendable: list[ClaimedRecipient] = []
         for r in rows:
@@ -1129,6 +1116,8 @@ class CampaignSender:
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.gather(*(lane.stop(drain_s) for lane in list(self.lanes.values())))
         self._executor.shutdown(wait=False, cancel_futures=True)
+        for channel in self.channels.values():
+            channel.close()
 
     def backlog(self) -> int:
         return sum(lane.backlog for lane in self.lanes.values())

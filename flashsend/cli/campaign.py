@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 
+from flashsend.errors import UsageError
 from flashsend.progress import ProgressLine
 from flashsend.settings import Settings, load_settings
 from producers.campaign_ops import (
@@ -82,7 +83,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "`sent`; not failed, skipped, unknown or cancelled ones, nor N's seeds), within "
         "--audience (default: active and opted in); suppressions and opt-outs since N still "
         "apply. Example: flashsend campaign pause 41 && flashsend campaign create --name "
-        "'sale: the right code' --template sale_fixed --correction-of 41",
+        "'sale: the right code' --template sale_fixed --correction-of 41. "
+        "SMS: --channel sms --body TEXT texts each user's phone (users.phone, E.164 after "
+        "normalising; others are skipped, invalid_phone) from FLASHSEND_SMS_ORIGINATION_IDENTITY; "
+        "--rate counts messages. Example: flashsend campaign create --name sale-sms "
+        "--channel sms --body 'Hi {{first_name}}, -50% today. Reply STOP to opt out' --rate 50",
+    )
+    p.add_argument(
+        "--channel",
+        choices=("email", "sms"),
+        default="email",
+        help="email (SES) or sms (AWS End User Messaging SMS); default %(default)s",
+    )
+    p.add_argument(
+        "--body",
+        default=None,
+        help="with --channel sms: the message, {{first_name}} and {{promo_code}} filled in "
+        "(GSM-7: 160 characters a segment, 153 once split; other characters: 70 / 67)",
     )
     p.add_argument("--name", required=True, help="a name for people (shown by status/report)")
     p.add_argument(
@@ -332,11 +349,16 @@ def cmd_create(args: argparse.Namespace) -> int:
             holdout_wait_s=parse_duration(args.holdout_wait),
             winner_by=args.winner_by,
         )
+    if args.channel == "sms" and not args.body:
+        raise UsageError("--channel sms needs --body TEXT (the message)")
+    if args.channel == "email" and args.body:
+        raise UsageError("--body is the text of an SMS campaign: add --channel sms")
     schedule = schedule_from_flags(args.local_window, args.date, args.waves)
     cid = create_campaign(
         settings,
         name=args.name,
-        template=args.template,
+        template=args.body if args.channel == "sms" else args.template,
+        channel=args.channel,
         rate=args.rate,
         from_address=args.from_address,
         configuration_set=args.configuration_set,

@@ -184,6 +184,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "invariant promo_codes_unique: each code to one recipient and one address, one code "
         "per recipient, nothing sent without one (read from our rows and at the stand-in)",
     )
+    p.add_argument(
+        "--channel",
+        choices=("email", "sms"),
+        default="email",
+        help="sms: the campaign texts users' phones (one SendTextMessage each); there are no "
+        "SMS events to settle unknown rows, so no event loop (--events-wait is ignored). "
+        "Example: flashsend chaos --channel sms --users 50000 --workers 3 --kill-every 5 --json",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object on the last line of stdout")
     p.set_defaults(func=cmd_chaos)
 
@@ -322,8 +330,9 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         ses_hang_rate=args.ses_hang_rate,
         lease_s=args.lease,
         timeout_s=args.timeout,
-        events_wait_s=args.events_wait,
+        events_wait_s=0.0 if args.channel == "sms" else args.events_wait,
         promo_codes=args.promo_codes,
+        channel=args.channel,
     )
     with sigterm_interrupts():
         result = run_chaos(load_settings(), options)

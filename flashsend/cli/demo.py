@@ -23,6 +23,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--holdout-wait has passed, the demo promotes the winner (by clicks counted so far; "
         "a tie goes to A) and the rest gets its template. The summary then has `variants` "
         "(per-variant sent, delivered, bounced, complained, opened, clicked) and `winner`. "
+        "With --channel sms the campaign is a text message to each user's phone through AWS End "
+        "User Messaging SMS (the stand-in speaks pinpoint-sms-voice-v2): users get demo numbers, "
+        "0.2 % of them invalid (skipped, invalid_phone), and the summary adds `segments`; "
+        "--rate counts messages. "
         "With --local-window (users get time zones from a fixed list, one unknown) or --waves "
         "(every fifth user opened 3 days ago) the campaign is scheduled; the demo's clock "
         "jumps to the next slot once the released ones are sent, so a day's plan runs in "
@@ -31,7 +35,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "Example: flashsend demo --users 60000 --rate 777 --json; "
         "flashsend demo --users 20000 --rate 0 --variants 2 --json; "
         "flashsend demo --users 20000 --rate 2000 --local-window 09:00-11:00 --json; "
-        'flashsend demo --users 20000 --ramp "0:200,10s:600" --json',
+        'flashsend demo --users 20000 --ramp "0:200,10s:600" --json; '
+        "flashsend demo --channel sms --users 20000 --rate 0 --json",
     )
     p.add_argument("--users", type=int, default=1_000_000, help="users to seed (default 1M)")
     p.add_argument(
@@ -41,6 +46,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="campaign limit in recipients/s; 0 = unlimited (default)",
     )
     p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    p.add_argument(
+        "--channel",
+        choices=("email", "sms"),
+        default="email",
+        help="email (SES SendBulkEmail) or sms (one SendTextMessage per user); default %(default)s",
+    )
     p.add_argument(
         "--variants",
         type=int,
@@ -116,6 +127,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 date=args.date,
                 waves=args.waves,
                 ramp=args.ramp or "",
+                channel=args.channel,
             ),
         )
     if args.json:

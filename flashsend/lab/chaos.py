@@ -60,7 +60,7 @@ import psycopg
 
 from flashsend.errors import UsageError
 from flashsend.lab.chaos_events import EventLoop, judge_in_doubt
-from flashsend.lab.demo import create_pool, ensure_users, promo_verdict, standin_stats
+from flashsend.lab.demo import SMS_BODY, create_pool, ensure_users, promo_verdict, standin_stats
 from flashsend.lab.run import StartedCampaigns, error_text, finish_run
 from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
@@ -84,6 +84,7 @@ from producers.campaign_ops import (
 from producers.reconcile import Reconciler
 from sinks.campaign_store import CampaignStore
 from sinks.ses import SesSender, make_client
+from sinks.users import fill_phones
 from streams.sender import MAX_ENTRIES
 
 DOWN_S = 3.0  # how long Kafka or PostgreSQL stays stopped
@@ -115,6 +116,7 @@ class ChaosOptions:
     seed: int = 7
     events_wait_s: float = 30.0  # 0: no event loop (no webhook, no feedback worker)
     promo_codes: bool = False  # a promo pool: invariant promo_codes_unique
+    channel: str = "email"  # "sms": texts to users' phones (no event loop: no SMS events)
 
 
 def default_kill_every(kill_every_s: float | None, rolling_restart_every_s: float) -> float:
@@ -599,7 +601,12 @@ def run_chaos(
     # Workers get short timeouts so faults resolve within the run: a hung call times out after
     # ses_timeout_s, rows held by a killed worker become unknown after lease_s.
     settings = base.model_copy(
-        update={"lease_s": options.lease_s, "ses_timeout_s": 3.0, "reconcile_interval_s": 2.0}
+        update={
+            "lease_s": options.lease_s,
+            "ses_timeout_s": 3.0,
+            "sms_timeout_s": 3.0,
+            "reconcile_interval_s": 2.0,
+        }
     )
     kafka, postgres = KafkaCluster(settings), PostgresServer(settings)
     broker_kill = BrokerKill(settings, log)
@@ -633,6 +640,11 @@ def run_chaos(
         if options.restart_broker_at is not None or options.kill_broker_at is not None:
             check_kafka_nodes(settings)
         ensure_users(settings, options.users)
+        sms = options.channel == "sms"
+        if sms:
+            if options.promo_codes or loop is not None:
+                raise UsageError("--channel sms runs without --promo-codes and the event loop")
+            fill_phones(settings.pg_dsn, options.users)
         SesSender(make_client(settings, timeout=10)).put_template(
             DEFAULT_TEMPLATE, DEFAULT_SUBJECT, DEFAULT_HTML, DEFAULT_TEXT
         )
@@ -652,9 +664,10 @@ def run_chaos(
             create_campaign(
                 settings,
                 name=f"chaos-{int(time.time())}",
-                template=template,
+                template=SMS_BODY if sms else template,
                 rate=options.rate,
                 audience=audience,
+                channel=options.channel,
             )
         )
         result["campaign_id"] = campaign_id
@@ -662,7 +675,7 @@ def run_chaos(
             create_pool(settings, campaign_id, options.users)
         schedule.in_flight = InFlight(lambda: rows_in_call(settings, campaign_id))
         broker_kill.accepted = lambda: int(
-            standin_stats(settings, campaign_id).get("accepted") or 0
+            standin_stats(settings, campaign_id, options.channel).get("accepted") or 0
         )
         pool.start(options.workers)
         began = time.monotonic()
@@ -678,7 +691,11 @@ def run_chaos(
         for restart in restarts.values():
             restart.ensure_started()
         schedule.count_restarts(time.monotonic() - began)
-        result.update(_judge(settings, campaign_id, schedule, hung_before, options.promo_codes))
+        result.update(
+            _judge(
+                settings, campaign_id, schedule, hung_before, options.promo_codes, options.channel
+            )
+        )
         if loop is not None:
             result.update(_judge_events(settings, campaign_id, loop, options, result, log))
         else:
@@ -756,6 +773,7 @@ def _judge(
     schedule: Schedule,
     hung_before: int,
     promo_codes: bool = False,
+    channel: str = "email",
 ) -> dict[str, Any]:
     in_flight = schedule.in_flight
     if in_flight is not None:  # the workers' stop is the last fault: read what it left
@@ -768,7 +786,7 @@ def _judge(
     final = _progress(settings, campaign_id)
     if final is None:
         raise RuntimeError("PostgreSQL does not answer after the run")
-    stats = standin_stats(settings, campaign_id)
+    stats = standin_stats(settings, campaign_id, channel)
     hung = int(stats.get("hung_recipients", 0)) - hung_before
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         unknown = [

@@ -41,7 +41,7 @@ from producers.campaign_ops import (
 from sinks.campaign_store import SETTLED, CampaignStore
 from sinks.promo_store import PromoStore
 from sinks.ses import SesSender, make_client
-from sinks.users import seed_users
+from sinks.users import fill_phones, seed_users
 from sinks.variant_store import VariantStore, variants_summary
 from streams.ab_test import Variant, choose_winner, winner_due
 from streams.ramp import RampStep, format_ramp, parse_ramp
@@ -66,6 +66,13 @@ class DemoOptions:
     date: str | None = None
     waves: str | None = None  # e.g. "recent:30m,rest:2d"
     ramp: str = ""  # a rate ramp, as `campaign create --ramp` takes it ("": none)
+    channel: str = "email"  # "sms": texts through pinpoint-sms-voice-v2 to users' phones
+
+
+# The SMS demo's body: GSM-7, one segment for the demo's names.
+SMS_BODY = (
+    "Hi {{first_name}}, FLASH SALE -50% today only at shop.flashsend.test. Reply STOP to opt out"
+)
 
 
 # The demo's A/B test: each variant 10 % of the audience, its own template (the subject
@@ -154,12 +161,15 @@ def ramp_summary(
     return out
 
 
-def standin_stats(settings: Settings, campaign_id: int) -> dict[str, Any]:
+def standin_stats(settings: Settings, campaign_id: int, channel: str = "email") -> dict[str, Any]:
     if not settings.ses_endpoint_url:
         return {}
     from infra.ses_standin.admin import SesStandinAdmin
 
-    return dict(SesStandinAdmin(settings.ses_endpoint_url).stats(campaign=str(campaign_id)))
+    admin = SesStandinAdmin(settings.ses_endpoint_url)
+    if channel == "sms":
+        return admin.sms_stats(campaign=str(campaign_id))
+    return dict(admin.stats(campaign=str(campaign_id)))
 
 
 # Demo pool codes: 23^8 = 7.8e10 possible, sparse enough for 78 million codes.
@@ -209,10 +219,12 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
     ramp = parse_ramp(options.ramp) if options.ramp else ()  # bad input: refused before anything
     limit = options.rate if options.rate or not ramp else max(s.rate for s in ramp)
     log(
-        f"demo: {options.users:,} users, rate {limit or 'unlimited'}"
+        f"demo: {options.users:,} users, {options.channel}, rate {limit or 'unlimited'}"
         f"{', ramp ' + format_ramp(ramp) if ramp else ''}, "
         f"{options.workers} worker(s), {settings.partitions} partitions"
     )
+    if options.channel == "sms" and (options.promo_codes or options.variants):
+        raise UsageError("--channel sms runs without --promo-codes and --variants")
     started = StartedCampaigns(settings)
     summary: dict[str, Any] = {"campaign_id": None, "rate_limit": limit}
     sending_since: float | None = None
@@ -224,6 +236,8 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
         seed_s = ensure_users(settings, options.users)
         if seed_s:
             log(f"seeded users in {seed_s:.1f}s")
+        if options.channel == "sms":
+            fill_phones(settings.pg_dsn, options.users)
         ses = SesSender(make_client(settings, timeout=10))
         ses.put_template(DEFAULT_TEMPLATE, DEFAULT_SUBJECT, DEFAULT_HTML, DEFAULT_TEXT)
         template = DEFAULT_TEMPLATE
@@ -244,12 +258,13 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
             create_campaign(
                 settings,
                 name=f"demo-{int(time.time())}",
-                template=template,
+                template=SMS_BODY if options.channel == "sms" else template,
                 rate=limit,
                 audience=audience,
                 ab=ab,
                 schedule=schedule,
                 ramp=ramp,
+                channel=options.channel,
             )
         )
         summary["campaign_id"] = campaign_id
@@ -323,7 +338,8 @@ def _final_counts(
     """Counts per status from our rows, duplicates and the busiest second from the stand-in."""
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         progress = CampaignStore(conn).progress(campaign_id)
-    stats = standin_stats(settings, campaign_id)
+    channel = options.channel if options is not None else "email"
+    stats = standin_stats(settings, campaign_id, channel)
     promo = (
         promo_verdict(settings, campaign_id, stats)
         if options is not None and options.promo_codes
@@ -349,6 +365,7 @@ def _final_counts(
         "send_rate_per_s": round(progress.send_rate, 1),
         "max_1s_window": stats.get("max_1s_window"),
         "status": progress["status"],
+        **({"channel": "sms", "segments": stats.get("segments")} if channel == "sms" else {}),
     }
 
 

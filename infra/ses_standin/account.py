@@ -37,6 +37,7 @@ from infra.ses_standin.protocol import (
     TemplateRef,
 )
 from infra.ses_standin.recipients import Recipients, parse_address
+from infra.ses_standin.sms import SmsAccount
 from infra.ses_standin.template_store import TemplateStore
 from infra.ses_standin.templates import CompiledTemplate, TemplateContent, compile_template
 
@@ -75,6 +76,8 @@ class SesAccount:
         self.sent_last_24h = RollingCounter()
         self.bucket = TokenBucket.full(config.max_send_rate, clock())
         self.on_accepted: list[MessageHook] = []
+        # The SMS account (pinpoint-sms-voice-v2) shares the faults and the dice.
+        self.sms = SmsAccount(lambda: self.config, self.dice.hit)
         self._replay()
 
     # ---- sending -------------------------------------------------------------------------

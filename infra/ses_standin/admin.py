@@ -47,6 +47,8 @@ class Faults(TypedDict):
     sending_enabled: bool
     hang_max_s: float
     refuse_addresses: str
+    sms_mps: float
+    sms_monthly_spend_usd: float
 
 
 class AdminError(Exception):
@@ -91,6 +93,26 @@ class SesStandinAdmin:
     ) -> list[dict[str, Any]]:
         query = {"campaign": campaign, "destination": destination, "limit": limit}
         return cast(list[dict[str, Any]], self._call("GET", "/_admin/messages", query))
+
+    def sms_stats(self, campaign: str | None = None) -> dict[str, Any]:
+        """SMS (pinpoint-sms-voice-v2) figures: accepted, duplicates (extra messages to one
+        number), max_1s_window, segments, first_ts, last_ts; without a campaign also
+        spent_usd and throttled."""
+        return cast(dict[str, Any], self._call("GET", "/_admin/sms/stats", {"campaign": campaign}))
+
+    def sms_messages(
+        self, destination: str | None = None, campaign: str | None = None
+    ) -> list[dict[str, Any]]:
+        query = {"destination": destination, "campaign": campaign}
+        return cast(list[dict[str, Any]], self._call("GET", "/_admin/sms/messages", query))
+
+    def sms_inbound(self, origin: str, body: str, to: str = "") -> dict[str, Any]:
+        """A recipient's reply: `STOP` (or another opt-out keyword) opts `origin` out."""
+        payload = {"from": origin, "body": body, "to": to}
+        return cast(dict[str, Any], self._call("POST", "/_admin/sms/inbound", body=payload))
+
+    def sms_reset(self) -> None:
+        self._call("POST", "/_admin/sms/reset")
 
     def faults(self) -> Faults:
         return cast(Faults, self._call("GET", "/_admin/faults"))

@@ -30,6 +30,13 @@ class FaultConfig:
     # BadRequestException naming the address, as SES refuses an address it cannot use. Lets a
     # test put an address past the client's own check; "" refuses nothing.
     refuse_addresses: str = ""
+    # SMS (pinpoint-sms-voice-v2): messages/s per origination identity (a bucket of one
+    # second; beyond it a ThrottlingException, nothing sent), and the month's spend limit in
+    # USD (beyond it ServiceQuotaExceededException MONTHLY_SPEND_LIMIT_REACHED_FOR_TEXT).
+    # <= 0: unlimited. latency, p429 (as ThrottlingException), p_hang and sending_enabled
+    # apply to SMS calls too.
+    sms_mps: float = 0.0
+    sms_monthly_spend_usd: float = 0.0
 
     def updated(self, changes: Mapping[str, Any]) -> FaultConfig:
         """A copy with `changes` applied; ValueError names the first bad key or value."""

@@ -28,6 +28,7 @@ from infra.ses_standin.protocol import (
     parse_page,
     parse_template_request,
 )
+from infra.ses_standin.sms_routes import SmsApi
 
 ACCOUNT = web.AppKey("account", SesAccount)
 STOPPING = web.AppKey("stopping", asyncio.Event)
@@ -67,6 +68,7 @@ def build_app(account: SesAccount) -> web.Application:
     router.add_put(sets + "/{name}/event-destinations/{dest}", _ses(update_event_destination))
     router.add_delete(sets + "/{name}/event-destinations/{dest}", _ses(delete_event_destination))
     AdminApi(account).register(app)
+    SmsApi(account, account.sms, _hold_open).register(app)  # pinpoint-sms-voice-v2 on POST /
     app.on_shutdown.append(_on_shutdown)
     return app
 

@@ -1,14 +1,14 @@
 -- name: create_campaign
 INSERT INTO campaigns (name, template, from_address, configuration_set, rate_limit,
-                       audience_condition)
+                       audience_condition, channel)
 VALUES (%(name)s, %(template)s, %(from_address)s, %(configuration_set)s, %(rate_limit)s,
-        %(audience_condition)s)
+        %(audience_condition)s, %(channel)s)
 RETURNING id;
 
 -- name: get_campaign
 SELECT id, name, template, from_address, configuration_set, rate_limit, audience_condition,
        status, reason, recipients, created_at, started_at, snapshot_done_at, produced_at,
-       paused_at, finished_at
+       paused_at, finished_at, channel
   FROM campaigns WHERE id = %(id)s;
 
 -- name: begin_snapshot
@@ -41,7 +41,8 @@ UPDATE campaigns
 SELECT id, status, rate_limit, template, from_address, configuration_set, name,
        partition_weights, variants, ramp,
        sending_s + coalesce(extract(epoch FROM clock_timestamp() - sending_since)::float8, 0)
-           AS sending_elapsed_s
+           AS sending_elapsed_s,
+       channel
   FROM campaigns
  WHERE status IN ('sending', 'paused', 'snapshotting')
     OR (status IN ('cancelled', 'done', 'failed') AND updated_at > now() - interval '1 hour');

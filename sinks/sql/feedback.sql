@@ -142,5 +142,6 @@ SELECT (SELECT count(*) FROM changed) AS changed,
 -- name: committed_marketing_rate
 -- Campaign preflight: the limits of the other campaigns that are, or may resume,
 -- sending. They share the account's MaxSendRate minus the transactional reserve with the new one.
+-- SMS campaigns send through another provider: they take nothing of SES's rate.
 SELECT coalesce(sum(rate_limit), 0) FROM campaigns
- WHERE id <> %(id)s AND status IN ('snapshotting', 'sending', 'paused');
+ WHERE id <> %(id)s AND status IN ('snapshotting', 'sending', 'paused') AND channel = 'email';

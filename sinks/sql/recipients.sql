@@ -83,7 +83,7 @@ UPDATE campaigns
    SET duplicate_addresses = (SELECT coalesce(sum(n), 0) FROM counted
                                WHERE reason = 'duplicate_address'),
        invalid_addresses = (SELECT coalesce(sum(n), 0) FROM counted
-                             WHERE reason = 'invalid_email')
+                             WHERE reason IN ('invalid_email', 'invalid_phone'))
  WHERE id = %(campaign_id)s;
 
 -- name: pending_for_produce

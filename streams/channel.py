@@ -1,0 +1,33 @@
+"""The channel seam: what a lane needs from the provider of its campaign's channel.
+
+The claim, the offset fence, the lanes, the pacing and the pause checks (streams.sender) are
+the same for every channel. What differs is behind `Channel.send`: how the rows of one lane
+call become provider requests (one SendBulkEmail for up to 50 emails; one SendTextMessage per
+SMS), how each answer maps to a recipient status (streams.outcomes, streams.sms_outcomes), and
+which address check applies (streams.addresses, streams.phones). Email's implementation is the
+sender's own `call_ses`; SMS's is streams.sms_channel.SmsChannel. A push channel would be a
+third implementation and a value of campaigns.channel.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from sinks.recipient_store import ClaimedRecipient, LiveCampaign
+from streams.call_outcome import CallOutcome
+
+
+class Channel(Protocol):
+    # Rows per lane call (at most the sender's MAX_ENTRIES). The rows of a call enter it
+    # together (in_call_at), so a worker killed mid-call leaves them all unknown: a channel
+    # that sends a call's rows one request each keeps this near what it has in flight.
+    max_entries: int
+
+    async def send(self, campaign: LiveCampaign, rows: list[ClaimedRecipient]) -> CallOutcome:
+        """Send the rows of one lane call (one campaign, rows already entered their call):
+        every row ends in `final` or `retry`. Never raises for a provider's answer."""
+        ...
+
+    def close(self) -> None:
+        """Release threads and connections (the worker is stopping)."""
+        ...

@@ -1,0 +1,162 @@
+"""The SMS channel: one SendTextMessage per recipient, sent concurrently within a lane call.
+
+The lane hands over up to `call_size` rows per call (FLASHSEND_SMS_CALL_SIZE, 10), paced and
+counted as one call of that many messages (streams.sender), exactly as for email. Here each
+row becomes its own request, and the requests of a call run at once on a thread pool of
+`inflight` threads shared by all lanes of the worker (boto3 is blocking): a worker's
+throughput is then about `inflight / latency` instead of `lanes / latency`. The rows of a call
+enter it together, so a worker killed mid-call leaves at most `call_size` rows per lane
+unknown, and a pause lets at most one call's messages out per lane (each message checks the
+campaign right before its request; those not started yet go back to the lane, which
+releases them).
+
+Numbers are checked before any request (streams.phones): an invalid one is skipped,
+`invalid_phone:<why>`. Each answer maps through streams.sms_outcomes. Segments of every
+message sent are counted (streams.sms_text) in `flashsend_sms_segments_total`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from flashsend import metrics
+from sinks.recipient_store import ClaimedRecipient, LiveCampaign, RowResult
+from sinks.sms import SmsCallFailed, SmsSender, TextMessage
+from streams.call_outcome import CallOutcome
+from streams.phones import INVALID_PHONE, normalise_phone, phone_problem
+from streams.sms_outcomes import TextOutcome, classify_text_error
+from streams.sms_text import count_segments, render_body
+
+API = "SendTextMessage"
+
+
+def body_values(row: ClaimedRecipient) -> dict[str, Any]:
+    values: dict[str, Any] = {"first_name": row.first_name or "there", "user_id": row.user_id}
+    if row.promo_code is not None:
+        values["promo_code"] = row.promo_code
+    return values
+
+
+def message_context(row: ClaimedRecipient) -> dict[str, str]:
+    """Comes back on every event of the message: the row is found by campaign + seq."""
+    context = {"campaign": str(row.campaign_id), "seq": str(row.seq)}
+    if row.variant is not None:
+        context["variant"] = row.variant
+    return context
+
+
+class SmsChannel:
+    def __init__(
+        self,
+        sms: SmsSender | Callable[[], SmsSender],
+        *,
+        inflight: int,
+        is_sending: Callable[[int], bool],
+        call_size: int = 10,
+    ) -> None:
+        self.max_entries = call_size
+        # A factory is called at the first message: a worker that never sends an SMS never
+        # loads the service's model nor opens its connections.
+        self._sms: SmsSender | None = sms if isinstance(sms, SmsSender) else None
+        self._make_sms = sms if not isinstance(sms, SmsSender) else None
+        self._is_sending = is_sending
+        self._executor = ThreadPoolExecutor(max_workers=inflight, thread_name_prefix="sms")
+        self._slots = asyncio.Semaphore(inflight)
+        self.stats: dict[str, int] = {"calls": 0}
+
+    async def send(self, campaign: LiveCampaign, rows: list[ClaimedRecipient]) -> CallOutcome:
+        outcome = CallOutcome([], [])
+        requests: list[tuple[ClaimedRecipient, TextMessage]] = []
+        for r in rows:
+            number = normalise_phone(r.email)
+            problem = phone_problem(number)
+            if problem is not None:
+                reason = f"{INVALID_PHONE}:{problem}"
+                outcome.final.append(RowResult(r.seq, "skipped", reason, None))
+                continue
+            body = render_body(campaign.template_for(r.variant), body_values(r))
+            requests.append(
+                (
+                    r,
+                    TextMessage(
+                        destination=number,
+                        body=body,
+                        origination_identity=campaign.from_address,
+                        configuration_set=campaign.configuration_set,
+                        context=message_context(r),
+                    ),
+                )
+            )
+        answers = await asyncio.gather(*(self._one(campaign.id, m) for _, m in requests))
+        answer_times: list[float | None] = []
+        segments = 0
+        for (row, message), (message_id, failure, answered_at) in zip(
+            requests, answers, strict=True
+        ):
+            answer_times.append(answered_at)
+            if message_id is not None:
+                outcome.final.append(RowResult(row.seq, "sent", None, message_id))
+                segments += count_segments(message.body).count
+                continue
+            if failure is None:  # the campaign stopped sending before this one's turn
+                outcome.retry.append(row)
+                outcome.retry_reason = outcome.retry_reason or "stopped_before_call"
+                continue
+            verdict = classify_text_error(
+                failure.code, failure.http_status, failure.reason, timed_out=failure.timed_out
+            )
+            if verdict.outcome is TextOutcome.RETRY:
+                outcome.retry.append(row)
+                outcome.retry_reason = verdict.reason
+                outcome.throttled = outcome.throttled or verdict.throttled
+            elif verdict.outcome is TextOutcome.PAUSE_CAMPAIGN:
+                outcome.final.append(RowResult(row.seq, "pending", verdict.reason, None))
+                outcome.pause_reason = verdict.reason
+            else:
+                status = verdict.outcome.value
+                outcome.final.append(RowResult(row.seq, status, verdict.reason, None))
+        if answer_times and None not in answer_times:
+            outcome.answered_at = max(t for t in answer_times if t is not None)
+        metrics.count_sms_segments(campaign.id, segments)
+        return outcome
+
+    async def _one(
+        self, campaign_id: int, message: TextMessage
+    ) -> tuple[str | None, SmsCallFailed | None, float | None]:
+        """(MessageId, None, answered at) or (None, failure, answered at or None); (None, None,
+        now) when the campaign stopped sending before this message's request."""
+        async with self._slots:
+            if not self._is_sending(campaign_id):
+                return None, None, time.monotonic()
+            self.stats["calls"] += 1
+            began = time.monotonic()
+            loop = asyncio.get_running_loop()
+            try:
+                message_id, answered_at = await loop.run_in_executor(
+                    self._executor, self._timed_send, message
+                )
+            except SmsCallFailed as exc:
+                metrics.observe_ses_call(API, time.monotonic() - began, exc.code or "error")
+                answered = None if exc.http_status is None else time.monotonic()
+                return None, exc, answered
+            metrics.observe_ses_call(API, answered_at - began, "ok")
+            return message_id, None, answered_at
+
+    def _timed_send(self, message: TextMessage) -> tuple[str, float]:
+        """In the executor's thread: the answer's moment is read there (see the sender's
+        `_timed_send_bulk`: the hop back to a busy loop must not shorten the pacing window)."""
+        message_id = self._sender().send_text(message)
+        return message_id, time.monotonic()
+
+    def _sender(self) -> SmsSender:
+        if self._sms is None:
+            assert self._make_sms is not None
+            self._sms = self._make_sms()
+        return self._sms
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
