@@ -5,10 +5,12 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
 
+from flashsend.lab.feedback_run import wait_for
 from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
 from infra.ses_standin.admin import SesStandinAdmin
@@ -88,6 +90,25 @@ def statuses(settings: Settings, campaign_id: int) -> dict[str, int]:
     assert kept == scanned, f"counters {kept} disagree with the rows {scanned}"
     scanned.pop("requeue", None)
     return scanned
+
+
+def settled(settings: Settings, campaign_id: int, timeout: float = 90) -> dict[str, int]:
+    """Counts per status once nothing is pending or sending (held rows may wait on)."""
+
+    def done() -> dict[str, int] | None:
+        counts = statuses(settings, campaign_id)
+        return None if counts.get("pending") or counts.get("sending") else counts
+
+    result: dict[str, int] = wait_for("pending and sending drained", done, timeout, 0.2)
+    return result
+
+
+def reconcile_at(settings: Settings, campaign_id: int, now: datetime) -> None:
+    """One reconcile pass whose clock reads `now` (what releases holds, winners and slots)."""
+    from producers.reconcile import Reconciler
+
+    with Reconciler(settings, clock=lambda: now) as reconciler:
+        reconciler.reconcile(campaign_id, wait=True)
 
 
 def stats(settings: Settings, campaign_id: int) -> dict[str, Any]:

@@ -13,18 +13,23 @@ import psycopg
 import pytest
 
 from flashsend.errors import UsageError
-from flashsend.lab.feedback_run import wait_for
 from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
 from producers.campaign import start_campaign
 from producers.campaign_ops import create_campaign
-from producers.reconcile import Reconciler
 from producers.send_quota import DAY_S, SPREAD_MARGIN_S
 from sinks.schedule_store import ScheduleStore, schedule_summary
 from sinks.ses import SesSender, make_client
 from sinks.users import seed_users
 from streams.send_plan import Schedule, parse_window
-from tests.integration.campaign_helpers import admin, put_template, stats, statuses
+from tests.integration.campaign_helpers import (
+    admin,
+    put_template,
+    reconcile_at,
+    settled,
+    stats,
+    statuses,
+)
 
 T0 = datetime(2030, 6, 3, 7, 30, tzinfo=UTC)
 PER_DAY = 100
@@ -41,22 +46,8 @@ def _mailed(settings: Settings, cid: int) -> int:
     return len(got)
 
 
-def _settled(settings: Settings, cid: int) -> dict[str, int]:
-    def done() -> dict[str, int] | None:
-        counts = statuses(settings, cid)
-        return None if counts.get("pending") or counts.get("sending") else counts
-
-    result: dict[str, int] = wait_for("pending and sending drained", done, 90, 0.2)
-    return result
-
-
 def _skipped(settings: Settings, cid: int) -> int:
     return statuses(settings, cid).get("skipped", 0)
-
-
-def _tick(settings: Settings, cid: int, now: datetime) -> None:
-    with Reconciler(settings, clock=lambda: now) as reconciler:
-        reconciler.reconcile(cid, wait=True)
 
 
 def test_a_campaign_over_the_quota_is_spread_over_days(settings: Settings, tmp_path: Path) -> None:
@@ -75,7 +66,7 @@ def test_a_campaign_over_the_quota_is_spread_over_days(settings: Settings, tmp_p
         needed = started.recipients - _skipped(s, cid)
         assert needed > 2 * PER_DAY, needed  # three days: 100, 100, the rest
         assert started.produced == PER_DAY  # only today's share has doorbells
-        counts = _settled(s, cid)
+        counts = settled(s, cid)
         time.sleep(3)  # the workers' reconcile ticks (real clock) release nothing
         assert counts.get("sent") == PER_DAY and _mailed(s, cid) == PER_DAY, counts
         assert statuses(s, cid)["held"] == needed - PER_DAY
@@ -98,13 +89,13 @@ def test_a_campaign_over_the_quota_is_spread_over_days(settings: Settings, tmp_p
         # The stand-in's own clock cannot jump a day: its quota is lifted instead, as SES's
         # rolling window would have emptied by then.
         ses.set_faults(max_24h_send=before["max_24h_send"])
-        _tick(s, cid, T0 + period - timedelta(seconds=1))  # not yet out of the window
+        reconcile_at(s, cid, T0 + period - timedelta(seconds=1))  # not yet out of the window
         assert statuses(s, cid)["held"] == needed - PER_DAY
-        _tick(s, cid, T0 + period)
-        _settled(s, cid)
+        reconcile_at(s, cid, T0 + period)
+        settled(s, cid)
         assert _mailed(s, cid) == 2 * PER_DAY
-        _tick(s, cid, T0 + 2 * period)
-        counts = _settled(s, cid)
+        reconcile_at(s, cid, T0 + 2 * period)
+        counts = settled(s, cid)
         assert _mailed(s, cid) == needed and counts.get("held", 0) == 0, counts
         assert stats(s, cid)["duplicates"] == 0
     finally:

@@ -20,11 +20,18 @@ from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
 from producers.campaign import start_campaign
 from producers.campaign_ops import create_campaign
-from producers.reconcile import Reconciler, requeue_after_resume
+from producers.reconcile import requeue_after_resume
 from sinks.campaign_store import CampaignStore
 from sinks.schedule_store import ScheduleStore, schedule_summary
 from streams.send_plan import Schedule, parse_waves, parse_window, plan_waves, wave_send_after
-from tests.integration.campaign_helpers import admin, put_template, statuses, wait_finished
+from tests.integration.campaign_helpers import (
+    admin,
+    put_template,
+    reconcile_at,
+    settled,
+    statuses,
+    wait_finished,
+)
 
 T0 = datetime(2030, 6, 3, 7, 30, tzinfo=UTC)
 # (zone, users): at T0 UTC is inside 07:00-09:00 (due now), as are the unknown zone and users
@@ -95,22 +102,8 @@ def _mailed(settings: Settings, cid: int) -> set[int]:
     return set(got)
 
 
-def _settled(settings: Settings, cid: int) -> dict[str, int]:
-    def done() -> dict[str, int] | None:
-        counts = statuses(settings, cid)
-        return None if counts.get("pending") or counts.get("sending") else counts
-
-    result: dict[str, int] = wait_for("pending and sending drained", done, 90, 0.2)
-    return result
-
-
 def _users_in(zone_of: dict[int, str | None], zones: set[str | None]) -> set[int]:
     return {u for u, z in zone_of.items() if z in zones}
-
-
-def _tick(settings: Settings, cid: int, now: datetime) -> None:
-    with Reconciler(settings, clock=lambda: now) as reconciler:
-        reconciler.reconcile(cid, wait=True)
 
 
 def test_local_window_releases_each_zone_when_due_and_pause_stops_the_scheduler(
@@ -129,7 +122,7 @@ def test_local_window_releases_each_zone_when_due_and_pause_stops_the_scheduler(
                 "SELECT partition_weights FROM campaigns WHERE id = %s", (cid,)
             ).fetchone()
         assert weights == (None,)  # the start's rows are not the campaign's spread: even split
-        _settled(s, cid)
+        settled(s, cid)
         time.sleep(3)  # the workers' reconcile ticks (real clock) release nothing
         rows = _rows(s, cid)
         assert _mailed(s, cid) == due_now
@@ -150,17 +143,17 @@ def test_local_window_releases_each_zone_when_due_and_pause_stops_the_scheduler(
             (datetime(2030, 6, 3, 10, tzinfo=UTC).isoformat(), 150, 150),
         ]
 
-        _tick(s, cid, T0 + timedelta(minutes=29))  # 07:59: nothing due yet
+        reconcile_at(s, cid, T0 + timedelta(minutes=29))  # 07:59: nothing due yet
         assert statuses(s, cid)["held"] == 450
-        _tick(s, cid, T0 + timedelta(minutes=31))  # 08:01: UTC-1's slot
-        _settled(s, cid)
+        reconcile_at(s, cid, T0 + timedelta(minutes=31))  # 08:01: UTC-1's slot
+        settled(s, cid)
         assert _mailed(s, cid) == due_now | _users_in(zone_of, {"Etc/GMT+1"})
         assert statuses(s, cid)["held"] == 300
 
         with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
             CampaignStore(conn).transition(cid, "paused", "test pause")
             assert ScheduleStore(conn).release_due(cid, T0 + timedelta(hours=5)).rows == 0
-        _tick(s, cid, T0 + timedelta(hours=3))  # 10:30, paused: nothing released
+        reconcile_at(s, cid, T0 + timedelta(hours=3))  # 10:30, paused: nothing released
         time.sleep(2)
         assert statuses(s, cid)["held"] == 300
         assert _mailed(s, cid) == due_now | _users_in(zone_of, {"Etc/GMT+1"})
@@ -193,10 +186,10 @@ def test_cancel_during_the_wait_sends_nothing_more(settings: Settings, tmp_path:
     pool.start(1)
     try:
         start_campaign(s, cid, now=T0)
-        _settled(s, cid)
+        settled(s, cid)
         with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
             CampaignStore(conn).transition(cid, "cancelled", "test cancel")
-        _tick(s, cid, T0 + timedelta(hours=5))  # every slot due by now
+        reconcile_at(s, cid, T0 + timedelta(hours=5))  # every slot due by now
         time.sleep(2)
     finally:
         pool.stop()
@@ -232,7 +225,7 @@ def test_waves_send_the_recently_engaged_first_then_the_rest_slot_by_slot(
     pool.start(1)
     try:
         start_campaign(s, cid, now=T0)
-        _settled(s, cid)
+        settled(s, cid)
         with psycopg.connect(s.pg_dsn) as conn:
             stored = dict(
                 conn.execute(
@@ -244,8 +237,8 @@ def test_waves_send_the_recently_engaged_first_then_the_rest_slot_by_slot(
         assert _mailed(s, cid) == {u for u, at in due.items() if at <= T0}
         for minutes in (1, 2, 3):
             now = T0 + timedelta(minutes=minutes)
-            _tick(s, cid, now)
-            _settled(s, cid)
+            reconcile_at(s, cid, now)
+            settled(s, cid)
             assert _mailed(s, cid) == {u for u, at in due.items() if at <= now}, minutes
         # Wave 1 (the 80 recent users) is complete two minutes in; the rest wait for theirs.
         assert {u for u in range(1, 81)} <= _mailed(s, cid)
