@@ -94,6 +94,9 @@ class FeedbackStore:
                 "sources": [e.source_event for e in todo],
                 "variants": [e.variant for e in todo],
                 "variant_counters": [e.variant_counter for e in todo],
+                "engaged": [e.engaged for e in todo],
+                "engaged_seqs": [e.engaged_seq for e in todo],
+                "engaged_at": [e.engaged_at_s for e in todo],
             },
         )
         row = await cur.fetchone()

@@ -52,6 +52,9 @@ COUNTERS = (
 # Click arrive only when the configuration set publishes them (FLASHSEND_SES_EVENT_TYPES).
 VARIANT_COUNTERS = ("delivered", "bounced", "complained", "opened", "clicked")
 _ENGAGEMENT = {"Open": "opened", "Click": "clicked"}
+# What an Open or Click dates on the user behind the mail (users.last_open_at / last_click_at,
+# what `--waves` orders the audience by).
+ENGAGED = {"Open": "open", "Click": "click"}
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,9 @@ class FeedbackEffect:
     proof: EventProof | None = None  # what the event proves about its campaign row
     variant: str | None = None  # an A/B test's variant (the mail's `variant` tag)
     variant_counter: str | None = None  # one of VARIANT_COUNTERS, or None
+    engaged: str | None = None  # 'open' | 'click': dates the user of the row (campaign, seq)
+    engaged_seq: int | None = None
+    engaged_at_s: float | None = None  # the event's time (epoch seconds), None if unknown
 
 
 def record_problem(schema: str, record: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -119,6 +125,11 @@ def ses_effect(record: Mapping[str, Any]) -> FeedbackEffect:
         variant_counter = _ENGAGEMENT.get(event_type) or (
             counter if counter in VARIANT_COUNTERS else None
         )
+    engaged = None if simulator or campaign is None else ENGAGED.get(event_type)
+    seq = record.get("seq")
+    if engaged is not None and (seq is None or not 0 < int(seq) < 2**31):
+        engaged = None  # no row to find the user by (the row key is an int4)
+    occurred_ms = int(record.get("occurred_at") or 0)
     return FeedbackEffect(
         event_id=str(record["event_id"]),
         email=email,
@@ -129,6 +140,9 @@ def ses_effect(record: Mapping[str, Any]) -> FeedbackEffect:
         proof=proof_of(record),
         variant=str(variant)[:64] if variant_counter else None,
         variant_counter=variant_counter,
+        engaged=engaged,
+        engaged_seq=int(seq) if engaged is not None and seq is not None else None,
+        engaged_at_s=occurred_ms / 1000 if engaged is not None and occurred_ms > 0 else None,
     )
 
 

@@ -11,8 +11,10 @@ WITH ev AS (
     SELECT DISTINCT ON (event_id) *
       FROM unnest(%(event_ids)s::uuid[], %(emails)s::text[], %(campaign_ids)s::bigint[],
                   %(counters)s::text[], %(suppress)s::text[], %(sources)s::text[],
-                  %(variants)s::text[], %(variant_counters)s::text[])
-           AS e(event_id, email, campaign_id, counter, suppress, source, variant, variant_counter)
+                  %(variants)s::text[], %(variant_counters)s::text[], %(engaged)s::text[],
+                  %(engaged_seqs)s::int[], %(engaged_at)s::float8[])
+           AS e(event_id, email, campaign_id, counter, suppress, source, variant, variant_counter,
+                engaged, engaged_seq, engaged_at)
      ORDER BY event_id
 ), fresh AS (
     INSERT INTO feedback_seen (event_id)
@@ -81,6 +83,27 @@ WITH ev AS (
            clicked = v.clicked + excluded.clicked,
            updated_at = now()
     RETURNING v.campaign_id
+), engaged AS (
+    -- An Open or Click dates the user behind the mail's row (campaign, seq), while that row
+    -- still has the event's address: users.last_open_at / last_click_at, what `--waves`
+    -- orders the audience by. The latest time wins, so a late or redelivered event moves
+    -- nothing back; an event without a time counts as now. Events of one address come on one
+    -- partition (mail.events is keyed by it), so one worker updates a user at a time.
+    UPDATE users u
+       SET last_open_at = greatest(u.last_open_at, e.opened),
+           last_click_at = greatest(u.last_click_at, e.clicked)
+      FROM (SELECT r.user_id,
+                   max(coalesce(to_timestamp(n.engaged_at), now()))
+                       FILTER (WHERE n.engaged = 'open') AS opened,
+                   max(coalesce(to_timestamp(n.engaged_at), now()))
+                       FILTER (WHERE n.engaged = 'click') AS clicked
+              FROM new_ev n
+              JOIN campaign_recipients r
+                ON r.campaign_id = n.campaign_id AND r.seq = n.engaged_seq
+             WHERE n.engaged IS NOT NULL AND lower(btrim(r.email)) = n.email
+             GROUP BY r.user_id) e
+     WHERE u.id = e.user_id
+    RETURNING u.id
 )
 SELECT (SELECT count(*) FROM fresh) AS fresh,
        (SELECT count(*) FROM suppressed) AS suppressed,

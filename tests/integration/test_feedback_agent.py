@@ -275,3 +275,40 @@ def test_suppressions_match_whatever_case_the_user_table_has(settings: Settings)
     assert query(settings, "SELECT reason FROM campaign_recipients WHERE seq = 2") == [
         ("suppressed:bounce",)
     ]
+
+
+def test_opens_and_clicks_date_the_user_behind_the_mail(feed: Feed, settings: Settings) -> None:
+    """What `--waves` orders by: the latest Open and Click of the user the row was mailed to;
+    an older or redelivered event moves nothing back, another address's event moves nothing."""
+    from producers.campaign import snapshot
+
+    ensure_mail_topics(settings)
+    cid = campaign(settings, status="draft")
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO users (id, email) VALUES (7, 'Open.Er@X.test'), (8, 'quiet@x.test')"
+        )
+        snapshot(conn, cid, "u.id IN (7, 8)")
+        seqs = dict(
+            conn.execute(
+                "SELECT user_id, seq FROM campaign_recipients WHERE campaign_id = %s", (cid,)
+            ).fetchall()
+        )
+    t = 1_800_000_000_000  # ms
+    opened = feed.ses("Open", "open.er@x.test", cid, seq=seqs[7], occurred_at=t)
+    assert feed.apply([opened]).fresh == 1
+    assert feed.apply([opened]).fresh == 0  # redelivered: nothing new
+    feed.apply(
+        [
+            feed.ses("Open", "open.er@x.test", cid, seq=seqs[7], occurred_at=t - 60_000),
+            feed.ses("Click", "open.er@x.test", cid, seq=seqs[7], occurred_at=t + 5_000),
+            feed.ses("Open", "someone.else@x.test", cid, seq=seqs[8], occurred_at=t),
+            feed.ses("Delivery", "quiet@x.test", cid, seq=seqs[8], occurred_at=t),
+        ]
+    )
+    rows = query(
+        settings,
+        "SELECT id, extract(epoch FROM last_open_at)::bigint, "
+        "extract(epoch FROM last_click_at)::bigint FROM users WHERE id IN (7, 8) ORDER BY id",
+    )
+    assert rows == [(7, t // 1000, t // 1000 + 5), (8, None, None)]

@@ -140,3 +140,30 @@ def test_window_counts_since_the_last_automatic_pause() -> None:
 def test_thresholds_refuse_nonsense(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         Thresholds(**kwargs)
+
+
+def test_opens_and_clicks_name_the_row_whose_user_they_date() -> None:
+    def event(event_type: str, **extra: object) -> dict[str, object]:
+        base: dict[str, object] = {
+            "event_id": "5f1c9a0e-7f44-4b59-9a43-6f9e0f4d2a11",
+            "event_type": event_type,
+            "recipient": "a@x.test",
+            "ses_message_id": "m",
+            "campaign_id": 3,
+            "seq": 42,
+            "occurred_at": 1_800_000_000_123,
+        }
+        return {**base, **extra}
+
+    opened = ses_effect(event("Open"))
+    assert (opened.engaged, opened.engaged_seq, opened.engaged_at_s) == (
+        "open",
+        42,
+        1_800_000_000.123,
+    )
+    assert ses_effect(event("Click")).engaged == "click"
+    assert ses_effect(event("Delivery")).engaged is None
+    assert ses_effect(event("Open", seq=None)).engaged is None  # no row to find the user by
+    assert ses_effect(event("Open", campaign_id=None)).engaged is None  # transactional mail
+    assert ses_effect(event("Open", recipient="success@simulator.amazonses.com")).engaged is None
+    assert ses_effect(event("Open", occurred_at=0)).engaged_at_s is None  # counted as now
