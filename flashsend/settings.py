@@ -90,6 +90,11 @@ class Settings(BaseSettings):
     sms_origination_identity: str = "+12065550100"
     sms_configuration_set: str = "marketing-sms"
     sms_opt_out_list: str = "Default"
+    # Promotional texts go only within these hours of the recipient's local day (their
+    # users.timezone, else default_timezone): quiet-hours rules such as the US TCPA's
+    # 8 a.m.-9 p.m. An SMS campaign takes them as its local window, and a row whose window has
+    # ended before its turn is skipped, `quiet_hours`, not sent late. Empty: no quiet hours.
+    sms_send_hours: str = "08:00-21:00"
     # SendTextMessage calls in flight per worker: one message per call, so a lane's call of
     # up to 50 rows goes out as concurrent calls on a thread pool of this size.
     sms_inflight_calls: int = 16

@@ -23,7 +23,7 @@ from sinks.seed_store import SeedStore
 from sinks.variant_store import VariantStore
 from streams.ab_test import DEFAULT_HOLDOUT_WAIT_S, Variant, check_variants, missing_event_type
 from streams.ramp import RampStep, check_ramp
-from streams.send_plan import Schedule, check_schedule, load_zone
+from streams.send_plan import Schedule, check_schedule, load_zone, sms_schedule
 
 DEFAULT_TEMPLATE = "flash_sale"
 DEFAULT_SUBJECT = "{{first_name}}, the flash sale starts now"
@@ -63,8 +63,8 @@ def create_campaign(
     sms = channel == "sms"
     if sms and ab is not None:
         raise UsageError("an A/B test is not available for SMS campaigns")
-    if sms and schedule is not None:
-        raise UsageError("a local window or waves are not available for SMS campaigns yet")
+    if sms:
+        schedule = sms_schedule(settings.sms_send_hours, schedule)
     if schedule is not None:
         check_schedule(schedule, has_variants=ab is not None, now=datetime.now(UTC))
         load_zone(settings.default_timezone)  # a bad default zone fails now, not at start

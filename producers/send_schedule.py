@@ -27,6 +27,7 @@ from streams.send_plan import plan_waves, plan_zones
 NO_PLAN: dict[str, Any] = {
     "zone_names": None,
     "zone_at": None,
+    "zone_until": None,
     "wave_starts": None,
     "wave_slots": None,
     "wave_widths": None,
@@ -65,7 +66,12 @@ def plan_snapshot(
         )
         notes["default_timezone"] = settings.default_timezone
         notes["unknown_timezones"] = zones.unknown
-        params = {**NO_PLAN, "zone_names": zones.names, "zone_at": zones.send_after}
+        params = {
+            **NO_PLAN,
+            "zone_names": zones.names,
+            "zone_at": zones.send_after,
+            "zone_until": zones.until,
+        }
     else:
         waves = plan_waves(schedule.waves, now, settings.recent_engagement_days)
         notes["recent_since"] = waves.recent_since.isoformat()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -51,6 +52,7 @@ class ClaimedRecipient:
     attempt: int = 0  # the claim's `attempts`: its token in enter_call and record_results
     promo_code: str | None = None  # bound in the claim's transaction (campaigns with a pool)
     variant: str | None = None  # an A/B test's variant: its template (LiveCampaign.template_for)
+    send_before: datetime | None = None  # an SMS row's deadline: its local send window's end
 
 
 # A recipient to claim: (Kafka offset of its doorbell, (campaign id, seq)).
@@ -180,7 +182,7 @@ class RecipientStore:
                 codes, codeless = await self._bind_codes(conn, pooled, rows)
             claimed: list[ClaimedRecipient] = []
             skipped = 0
-            for cid, seq, user_id, email, first_name, status, attempt, variant in rows:
+            for cid, seq, user_id, email, first_name, status, attempt, variant, before in rows:
                 if status == "sending":
                     if codes is None:
                         code = None
@@ -188,7 +190,7 @@ class RecipientStore:
                         continue  # released: the pool had no code for it
                     claimed.append(
                         ClaimedRecipient(
-                            cid, seq, user_id, email, first_name, attempt, code, variant
+                            cid, seq, user_id, email, first_name, attempt, code, variant, before
                         )
                     )
                 elif status == "skipped":

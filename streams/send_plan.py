@@ -171,30 +171,41 @@ def zone_or_default(name: str | None, default: ZoneInfo) -> tuple[ZoneInfo, bool
         return default, False
 
 
-def window_send_after(window: LocalWindow, zone: ZoneInfo, now: datetime) -> datetime | None:
-    """When a recipient in `zone` is due: the window's start, `now` inside the window, or
-    None when the window of --date has already ended (without --date: tomorrow's start)."""
+def window_slot(
+    window: LocalWindow, zone: ZoneInfo, now: datetime
+) -> tuple[datetime, datetime] | None:
+    """(when a recipient in `zone` is due, when that window ends), both UTC: the window's
+    start, or `now` inside the window; None when the window of --date has already ended
+    (without --date: tomorrow's window)."""
     day = window.date or now.astimezone(zone).date()
     for attempt in (day, day + timedelta(days=1)):
         start = datetime.combine(attempt, window.start, zone)
         end = datetime.combine(attempt, window.end, zone)
         if now < start:
-            return start.astimezone(UTC)
+            return start.astimezone(UTC), end.astimezone(UTC)
         if now < end:
-            return now.astimezone(UTC)
+            return now.astimezone(UTC), end.astimezone(UTC)
         if window.date is not None:
             return None
     return None  # unreachable: tomorrow's window has not ended
 
 
+def window_send_after(window: LocalWindow, zone: ZoneInfo, now: datetime) -> datetime | None:
+    """When a recipient in `zone` is due (window_slot's first half)."""
+    slot = window_slot(window, zone, now)
+    return None if slot is None else slot[0]
+
+
 @dataclass(frozen=True)
 class ZonePlan:
-    """The snapshot's lookup: zone name → send_after (ISO text, or PASSED). names[0] is ''
-    (no zone, or a zone that appeared after planning: the default)."""
+    """The snapshot's lookup: zone name → send_after and the end of that window (ISO text,
+    or PASSED for both). names[0] is '' (no zone, or a zone that appeared after planning: the
+    default)."""
 
     names: list[str]
     send_after: list[str]
     unknown: dict[str, int] = field(default_factory=dict)
+    until: list[str] = field(default_factory=list)
 
 
 def plan_zones(
@@ -206,11 +217,12 @@ def plan_zones(
     """Each zone present in the audience (with its user count) and its send_after."""
     default = load_zone(default_zone)
 
-    def at(zone: ZoneInfo) -> str:
-        moment = window_send_after(window, zone, now)
-        return PASSED if moment is None else moment.isoformat()
+    def at(zone: ZoneInfo) -> tuple[str, str]:
+        slot = window_slot(window, zone, now)
+        return (PASSED, PASSED) if slot is None else (slot[0].isoformat(), slot[1].isoformat())
 
-    names, send_after = [""], [at(default)]
+    first, end = at(default)
+    names, send_after, until = [""], [first], [end]
     unknown: dict[str, int] = {}
     for name, count in zone_counts:
         if not name:
@@ -219,8 +231,10 @@ def plan_zones(
         if not known:
             unknown[name] = unknown.get(name, 0) + int(count)
         names.append(name)
-        send_after.append(at(zone))
-    return ZonePlan(names, send_after, unknown)
+        first, end = at(zone)
+        send_after.append(first)
+        until.append(end)
+    return ZonePlan(names, send_after, unknown, until)
 
 
 @dataclass(frozen=True)
@@ -286,6 +300,31 @@ def schedule_from_flags(
     if waves:
         return Schedule(waves=parse_waves(waves))
     return None
+
+
+def sms_schedule(send_hours: str, requested: Schedule | None) -> Schedule | None:
+    """An SMS campaign's plan: promotional texts go only within `send_hours` of the
+    recipient's local day (FLASHSEND_SMS_SEND_HOURS; empty: no quiet hours). Without a plan
+    of its own the campaign takes the send hours as its local window; a --local-window must
+    lie within them. The window's end is the rows' deadline (send_before)."""
+    if requested is not None and requested.waves:
+        raise ScheduleError("--waves is not available for SMS campaigns (use --local-window)")
+    if not send_hours.strip():
+        return requested
+    try:
+        hours = parse_window(send_hours)
+    except ScheduleError as exc:
+        raise ScheduleError(f"FLASHSEND_SMS_SEND_HOURS: {exc}") from None
+    if requested is None or requested.window is None:
+        return Schedule(window=hours)
+    w = requested.window
+    if w.start < hours.start or w.end > hours.end:
+        raise ScheduleError(
+            f"--local-window {w.start:%H:%M}-{w.end:%H:%M} reaches into the recipients' quiet "
+            f"hours: SMS campaigns send only within {hours.start:%H:%M}-{hours.end:%H:%M} local "
+            "time (FLASHSEND_SMS_SEND_HOURS)"
+        )
+    return requested
 
 
 # The last local clock on Earth: UTC-12 (Baker Island); the first is UTC+14.

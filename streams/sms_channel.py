@@ -11,7 +11,10 @@ campaign right before its request; those not started yet go back to the lane, wh
 releases them).
 
 Numbers are checked before any request (streams.phones): an invalid one is skipped,
-`invalid_phone:<why>`. Each answer maps through streams.sms_outcomes. Segments of every
+`invalid_phone:<why>`. Quiet hours: a row whose local send window has ended (its
+`send_before`, set at snapshot) is skipped, `quiet_hours`, before its request, checked when
+the call is built and again right before the request (a message can wait for a free
+thread). Each answer maps through streams.sms_outcomes. Segments of every
 message sent are counted (streams.sms_text) in `flashsend_sms_segments_total`.
 """
 
@@ -21,6 +24,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 from flashsend import metrics
@@ -32,6 +36,21 @@ from streams.sms_outcomes import TextOutcome, classify_text_error
 from streams.sms_text import count_segments, render_body
 
 API = "SendTextMessage"
+QUIET_HOURS = "quiet_hours"
+
+
+# _one's answer for a row whose send window ended while it waited for a thread.
+# Never raised: a marker that no request was made.
+QUIET = SmsCallFailed(QUIET_HOURS, None, timed_out=False, message="the send window has ended")
+
+
+def past_deadline(row: ClaimedRecipient, now: datetime) -> bool:
+    """Whether the row's local send window has ended (never, for a row without one)."""
+    return row.send_before is not None and now >= row.send_before
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 def body_values(row: ClaimedRecipient) -> dict[str, Any]:
@@ -57,8 +76,10 @@ class SmsChannel:
         inflight: int,
         is_sending: Callable[[int], bool],
         call_size: int = 10,
+        clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.max_entries = call_size
+        self._clock = clock
         # A factory is called at the first message: a worker that never sends an SMS never
         # loads the service's model nor opens its connections.
         self._sms: SmsSender | None = sms if isinstance(sms, SmsSender) else None
@@ -71,7 +92,11 @@ class SmsChannel:
     async def send(self, campaign: LiveCampaign, rows: list[ClaimedRecipient]) -> CallOutcome:
         outcome = CallOutcome([], [])
         requests: list[tuple[ClaimedRecipient, TextMessage]] = []
+        now = self._clock()
         for r in rows:
+            if past_deadline(r, now):
+                outcome.final.append(RowResult(r.seq, "skipped", QUIET_HOURS, None))
+                continue
             number = normalise_phone(r.email)
             problem = phone_problem(number)
             if problem is not None:
@@ -91,7 +116,7 @@ class SmsChannel:
                     ),
                 )
             )
-        answers = await asyncio.gather(*(self._one(campaign.id, m) for _, m in requests))
+        answers = await asyncio.gather(*(self._one(campaign.id, r, m) for r, m in requests))
         answer_times: list[float | None] = []
         segments = 0
         for (row, message), (message_id, failure, answered_at) in zip(
@@ -101,6 +126,9 @@ class SmsChannel:
             if message_id is not None:
                 outcome.final.append(RowResult(row.seq, "sent", None, message_id))
                 segments += count_segments(message.body).count
+                continue
+            if failure is QUIET:
+                outcome.final.append(RowResult(row.seq, "skipped", QUIET_HOURS, None))
                 continue
             if failure is None:  # the campaign stopped sending before this one's turn
                 outcome.retry.append(row)
@@ -125,13 +153,16 @@ class SmsChannel:
         return outcome
 
     async def _one(
-        self, campaign_id: int, message: TextMessage
+        self, campaign_id: int, row: ClaimedRecipient, message: TextMessage
     ) -> tuple[str | None, SmsCallFailed | None, float | None]:
         """(MessageId, None, answered at) or (None, failure, answered at or None); (None, None,
-        now) when the campaign stopped sending before this message's request."""
+        now) when the campaign stopped sending before this message's request, (None, QUIET,
+        now) when the row's send window ended before it."""
         async with self._slots:
             if not self._is_sending(campaign_id):
                 return None, None, time.monotonic()
+            if past_deadline(row, self._clock()):
+                return None, QUIET, time.monotonic()
             self.stats["calls"] += 1
             began = time.monotonic()
             loop = asyncio.get_running_loop()

@@ -87,7 +87,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "SMS: --channel sms --body TEXT texts each user's phone (users.phone, E.164 after "
         "normalising; others are skipped, invalid_phone) from FLASHSEND_SMS_ORIGINATION_IDENTITY; "
         "--rate counts messages. Example: flashsend campaign create --name sale-sms "
-        "--channel sms --body 'Hi {{first_name}}, -50% today. Reply STOP to opt out' --rate 50",
+        "--channel sms --body 'Hi {{first_name}}, -50% today. Reply STOP to opt out' --rate 50. "
+        "Quiet hours: an SMS campaign texts only within FLASHSEND_SMS_SEND_HOURS (08:00-21:00) "
+        "of each user's local day (users.timezone); a --local-window must lie within them, and "
+        "a row not sent by its window's end is skipped, quiet_hours, never texted late.",
     )
     p.add_argument(
         "--channel",

@@ -662,7 +662,9 @@ def run_chaos(
         audience = f"({settings.audience_condition}) AND u.id <= {int(options.users)}"
         campaign_id = started.add(
             create_campaign(
-                settings,
+                # Quiet hours off: the run must send whatever the hour (its users' zone is the
+                # default one); the demo's --local-window shows them.
+                settings.model_copy(update={"sms_send_hours": ""}),
                 name=f"chaos-{int(time.time())}",
                 template=SMS_BODY if sms else template,
                 rate=options.rate,

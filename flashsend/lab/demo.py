@@ -256,7 +256,9 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
         audience = f"({settings.audience_condition}) AND u.id <= {int(options.users)}"
         campaign_id = started.add(
             create_campaign(
-                settings,
+                # An SMS demo keeps quiet hours only with --local-window (then that window is
+                # each row's deadline): otherwise it would wait for morning in the users' zone.
+                settings.model_copy(update={"sms_send_hours": ""}),
                 name=f"demo-{int(time.time())}",
                 template=SMS_BODY if options.channel == "sms" else template,
                 rate=limit,

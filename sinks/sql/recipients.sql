@@ -136,7 +136,7 @@ UPDATE campaign_recipients r
  WHERE r.campaign_id = cand.campaign_id AND r.seq = cand.seq AND r.status = 'pending'
    AND r.campaign_id = ANY(%(campaigns)s::bigint[])
 RETURNING r.campaign_id, r.seq, r.user_id, r.email, cand.first_name, r.status, r.attempts,
-          r.variant;
+          r.variant, r.send_before;
 
 -- name: own_partition
 -- Whether the campaign's rows are in a partition of its own that carries the counter trigger
@@ -186,7 +186,7 @@ UPDATE {partition} r
   FROM cand
  WHERE r.campaign_id = %(campaign_id)s AND r.seq = cand.seq AND r.status = 'pending'
 RETURNING r.campaign_id, r.seq, r.user_id, r.email, cand.first_name, r.status, r.attempts,
-          r.variant;
+          r.variant, r.send_before;
 
 -- name: record_results
 -- Outcome of one SES call, one statement. Only rows still 'sending' under the caller's claim

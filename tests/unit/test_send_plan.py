@@ -23,8 +23,10 @@ from streams.send_plan import (
     plan_waves,
     plan_zones,
     schedule_from_flags,
+    sms_schedule,
     wave_send_after,
     window_send_after,
+    window_slot,
 )
 
 # 07:30 UTC: 14:30 in Ho Chi Minh City (UTC+7), 08:30 in Paris (UTC+1), 02:30 in New York.
@@ -225,3 +227,58 @@ def test_schedule_from_flags() -> None:
         schedule_from_flags(None, "2026-12-05", None)
     with pytest.raises(ScheduleError, match="cannot be combined"):
         schedule_from_flags("09:00-11:00", None, "rest:1h")
+
+
+def test_window_slot_gives_the_end_of_the_window_it_chose() -> None:
+    w = parse_window("08:00-21:00")
+    # Paris 08:30, inside: due now, until 21:00 Paris (20:00 UTC) that day.
+    assert window_slot(w, PARIS, NOW) == (NOW, datetime(2026, 12, 4, 20, 0, tzinfo=UTC))
+    # New York 02:30: that morning's window, 13:00-02:00 UTC (the end is the next UTC day).
+    assert window_slot(w, NY, NOW) == (
+        datetime(2026, 12, 4, 13, 0, tzinfo=UTC),
+        datetime(2026, 12, 5, 2, 0, tzinfo=UTC),
+    )
+    # Ho Chi Minh City 14:30, inside: until 21:00 there, 14:00 UTC.
+    assert window_slot(w, HCM, NOW) == (NOW, datetime(2026, 12, 4, 14, 0, tzinfo=UTC))
+    late = parse_window("09:00-11:00")  # passed in Ho Chi Minh City: tomorrow's
+    assert window_slot(late, HCM, NOW) == (
+        datetime(2026, 12, 5, 2, 0, tzinfo=UTC),
+        datetime(2026, 12, 5, 4, 0, tzinfo=UTC),
+    )
+    assert window_slot(parse_window("09:00-11:00", "2026-12-04"), HCM, NOW) is None
+
+
+def test_plan_zones_gives_each_zone_its_deadline() -> None:
+    plan = plan_zones(parse_window("08:00-21:00"), [("Asia/Ho_Chi_Minh", 1)], "Europe/Paris", NOW)
+    assert plan.until == [
+        datetime(2026, 12, 4, 20, 0, tzinfo=UTC).isoformat(),
+        datetime(2026, 12, 4, 14, 0, tzinfo=UTC).isoformat(),
+    ]
+    passed = plan_zones(
+        parse_window("09:00-11:00", "2026-12-04"), [("Asia/Ho_Chi_Minh", 1)], "Europe/Paris", NOW
+    )
+    assert passed.until[1] == PASSED and passed.send_after[1] == PASSED
+
+
+def test_sms_campaigns_take_the_send_hours_as_their_window() -> None:
+    hours = parse_window("08:00-21:00")
+    assert sms_schedule("08:00-21:00", None) == Schedule(window=hours)
+    inside = Schedule(window=parse_window("09:00-11:00", "2026-12-05"))
+    assert sms_schedule("08:00-21:00", inside) == inside
+    assert sms_schedule("", None) is None  # quiet hours off
+    assert sms_schedule("", inside) == inside
+
+
+@pytest.mark.parametrize("window", ["07:30-09:00", "20:00-21:30", "06:00-23:00"])
+def test_sms_window_reaching_into_quiet_hours_is_refused(window: str) -> None:
+    with pytest.raises(ScheduleError, match="quiet hours"):
+        sms_schedule("08:00-21:00", Schedule(window=parse_window(window)))
+
+
+def test_sms_refuses_waves_and_a_bad_send_hours_setting() -> None:
+    with pytest.raises(ScheduleError, match="--waves"):
+        sms_schedule("08:00-21:00", Schedule(waves=parse_waves("rest:1h")))
+    with pytest.raises(ScheduleError, match="--waves"):
+        sms_schedule("", Schedule(waves=parse_waves("rest:1h")))
+    with pytest.raises(ScheduleError, match="FLASHSEND_SMS_SEND_HOURS"):
+        sms_schedule("8am-9pm", None)
