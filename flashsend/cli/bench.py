@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from flashsend.cli.lab_result import progress_log
 from flashsend.settings import load_settings
 
 DESCRIPTION = """\
@@ -153,6 +154,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 events=args.events,
                 brokers=args.brokers,
             ),
+            progress_log(args),
         )
     if args.json:
         print(json.dumps(result))

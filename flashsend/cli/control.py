@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 
 from flashsend.cli.campaign import format_slots, format_variants
+from flashsend.cli.lab_result import progress_log
 from flashsend.errors import UsageError
 from flashsend.settings import load_settings
 from sinks.campaign_store import CampaignStore
@@ -335,7 +336,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         channel=args.channel,
     )
     with sigterm_interrupts():
-        result = run_chaos(load_settings(), options)
+        result = run_chaos(load_settings(), options, progress_log(args))
     if args.json:
         print(json.dumps(result))
     else:

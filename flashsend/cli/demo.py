@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from flashsend.cli.lab_result import progress_log
 from flashsend.settings import load_settings
 
 
@@ -129,6 +130,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 ramp=args.ramp or "",
                 channel=args.channel,
             ),
+            progress_log(args),
         )
     if args.json:
         print(json.dumps(summary))

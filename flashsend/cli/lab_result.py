@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +14,16 @@ Log = Callable[[str], None]
 
 def _silent(_line: str) -> None:
     return None
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def progress_log(args: argparse.Namespace) -> Log:
+    """Where a long run's progress lines go: stdout, or stderr with `--json`, so that stdout
+    holds the JSON alone (`flashsend demo --json | jq .sent`)."""
+    return _to_stderr if args.json else print
 
 
 def run_and_print(

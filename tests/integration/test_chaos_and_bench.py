@@ -320,9 +320,13 @@ def _cli_json(settings: Settings, *argv: str) -> tuple[int, dict[str, Any]]:
 
 
 def _last_json(out: str, err: str) -> dict[str, Any]:
-    lines = [line for line in out.splitlines() if line.startswith("{")]
-    assert lines, f"no JSON line; stdout:\n{out[-2000:]}\nstderr:\n{err[-4000:]}"
-    result: dict[str, Any] = json.loads(lines[-1])
+    """The result of a `--json` run: its stdout is that one JSON line and nothing else (the
+    progress goes to stderr), so `… --json | jq` works."""
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("{"), (
+        f"stdout is not one JSON line:\n{out[-2000:]}\nstderr:\n{err[-4000:]}"
+    )
+    result: dict[str, Any] = json.loads(lines[0])
     return result
 
 
