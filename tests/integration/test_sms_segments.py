@@ -119,6 +119,8 @@ def test_segments_are_refused_for_email_and_stored_for_sms_only(
     )
     assert code == 0
     sms = int(out.strip())
+    code, out = cli(settings, monkeypatch, capsys, "campaign", "report", str(sms))
+    assert code == 0 and f"{settings.default_rate:g}" in out and "messages/s" in out, out
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         rows = conn.execute("SELECT name, channel, rate_unit FROM campaigns").fetchall()
         assert rows == [("sms", "sms", "messages")]  # the refused one wrote nothing
