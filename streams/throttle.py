@@ -278,6 +278,10 @@ class WindowPacer:
     budget per (window + latency) whenever they fit in one SES call. When the window has room
     for at least half a call but not a whole one, the call shrinks to the room.
 
+    Counted in recipients (messages), or in segments for an SMS campaign limited in segments:
+    there a row costs its message's segments (`admit_costs`, `call_rows`), and `budget`,
+    `started` and `finished` are in segments.
+
     `budget <= 0` means unlimited. Pure: time comes in as `now`, nothing sleeps.
     """
 
