@@ -34,6 +34,8 @@ PROMO_TEMPLATE = "flash_sale_code"
 PROMO_SUBJECT = "{{first_name}}, your flash sale code {{promo_code}}"
 PROMO_HTML = "<p>Hi {{first_name}},</p><p>Your code <b>{{promo_code}}</b> takes 50% off today.</p>"
 PROMO_TEXT = "Hi {{first_name}}, your code {{promo_code}} takes 50% off today."
+# What a campaign's rate limit counts (campaigns.rate_unit): segments only for SMS.
+RATE_UNITS = ("messages", "segments")
 
 
 def create_campaign(
@@ -50,6 +52,7 @@ def create_campaign(
     ramp: Sequence[RampStep] | None = None,
     correction_of: int | None = None,
     channel: str = "email",
+    rate_unit: str = "messages",
 ) -> int:
     """A draft campaign; with `ab`, an A/B test; with `schedule`, a local-time window or
     engagement waves; with `ramp`, a rate ramp (each stored in one transaction with it). A
@@ -57,10 +60,18 @@ def create_campaign(
     ramp's peak against the account's MaxSendRate. With `correction_of`, a correction of
     that campaign: its audience is the users it sent to, within `audience`
     (producers/corrections.py). An SMS campaign's `template` is its body, its sender the
-    settings' origination identity."""
+    settings' origination identity; its `rate` counts messages, or segments with
+    `rate_unit="segments"` (each message costs its segments in the lanes' pacing)."""
     if channel not in ("email", "sms"):
         raise UsageError(f"channel must be email or sms, got {channel!r}")
     sms = channel == "sms"
+    if rate_unit not in RATE_UNITS:
+        raise UsageError(f"--rate-unit must be messages or segments, got {rate_unit!r}")
+    if rate_unit == "segments" and not sms:
+        raise UsageError(
+            "--rate-unit segments is for SMS campaigns (add --channel sms); an email "
+            "campaign's --rate counts recipients"
+        )
     if sms and ab is not None:
         raise UsageError("an A/B test is not available for SMS campaigns")
     if sms:
@@ -91,6 +102,7 @@ def create_campaign(
             rate_limit=rate,
             audience_condition=condition,
             channel=channel,
+            rate_unit=rate_unit,
         )
         if ab is not None:
             VariantStore(conn).set_variants(cid, ab.variants, ab.holdout_wait_s, ab.winner_by)

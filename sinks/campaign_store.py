@@ -85,6 +85,7 @@ class CampaignStore:
         rate_limit: float,
         audience_condition: str,
         channel: str = "email",
+        rate_unit: str = "messages",
     ) -> int:
         row = self.conn.execute(
             query("create_campaign"),
@@ -96,6 +97,7 @@ class CampaignStore:
                 "rate_limit": rate_limit,
                 "audience_condition": audience_condition,
                 "channel": channel,
+                "rate_unit": rate_unit,
             },
         ).fetchone()
         assert row is not None

@@ -91,6 +91,7 @@ class LiveCampaign:
     ramp: list[dict[str, float]] | None = None  # a rate ramp's [{at_s, rate}] (streams/ramp.py)
     sending_elapsed_s: float = 0.0  # seconds spent sending, as of the read (the ramp's clock)
     channel: str = "email"  # "sms": template is the body, from_address the origination id
+    rate_unit: str = "messages"  # what rate_limit counts; "segments" only for SMS
 
     def template_for(self, variant: str | None) -> str:
         """The template of a row's variant (the winner's for a released holdout row); the

@@ -28,6 +28,12 @@ class Channel(Protocol):
         every row ends in `final` or `retry`. Never raises for a provider's answer."""
         ...
 
+    def segments(self, campaign: LiveCampaign, row: ClaimedRecipient) -> int:
+        """What `row` costs against a campaign limited in segments (campaigns.rate_unit): its
+        message's segments as `send` would send it, 0 for a row `send` skips without a
+        request. Only SMS campaigns take that unit."""
+        ...
+
     def close(self) -> None:
         """Release threads and connections (the worker is stopping)."""
         ...

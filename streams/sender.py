@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import itertools
 import logging
 import random
 import time
@@ -46,6 +48,7 @@ from sinks.campaign_store import SETTLED
 from sinks.recipient_store import (
     ClaimedRecipient,
     ClaimOutcome,
+    LiveCampaign,
     OfferedKey,
     PartitionSpan,
     RecipientStore,
@@ -304,7 +307,8 @@ class Lane:
 
     def _call_size(self) -> int:
         """Entries in the next call: a full call of the campaign's channel unless the pacer
-        wants smaller bursts."""
+        wants smaller bursts (counted in the campaign's rate unit: rows of unequal cost fill a
+        call up to a call's worth of units)."""
         first = self._rows[0]
         campaign = self._sender.campaigns.get(first.campaign_id)
         if campaign is None:
@@ -312,7 +316,12 @@ class Lane:
         rate = self._sender.campaigns.rate_now(campaign)
         channel = self._sender.channels.get(campaign.channel)
         full = MAX_ENTRIES if channel is None else channel.max_entries
-        return self._pacer(first.campaign_id, rate)[0].call_size(full)
+        pacer = self._pacer(first.campaign_id, rate)[0]
+        cost = self._sender.row_cost(campaign)
+        if cost is None:
+            return pacer.call_size(full)
+        head = (r for r in self._rows if _same_call(r, first))
+        return pacer.call_rows([cost(r) for r in itertools.islice(head, full)], full)
 
     async def _fill(self) -> None:
         """Wait, at most LINGER_S after the oldest queued row arrived, for a full call. Never
@@ -340,9 +349,7 @@ class Lane:
         rest: deque[ClaimedRecipient] = deque()
         while self._rows and len(call) < size:
             row = self._rows.popleft()
-            # One template per SendBulkEmail: an A/B test's variants go in calls of their own.
-            same = row.campaign_id == first.campaign_id and row.variant == first.variant
-            (call if same else rest).append(row)
+            (call if _same_call(row, first) else rest).append(row)
         self._requeue(list(rest))
         self._oldest_at = time.monotonic()  # the rows left behind start a new wait
         self._has_room.set()
@@ -412,7 +419,12 @@ class Lane:
                 await s.release(cid, rows, campaign.status if campaign else "gone")
                 return
             pacer, aimd = self._pacer(cid, s.campaigns.rate_now(campaign))
-            admitted, wait = pacer.admit(len(rows), time.monotonic())
+            # None: every row costs one unit of the rate (email; SMS limited in messages).
+            cost = s.row_cost(campaign)
+            if cost is None:
+                admitted, wait = pacer.admit(len(rows), time.monotonic())
+            else:
+                admitted, wait = pacer.admit_costs([cost(r) for r in rows], time.monotonic())
             if not admitted:
                 metrics.add_throttle_wait("campaign", wait)
                 await asyncio.sleep(wait)
@@ -434,8 +446,9 @@ class Lane:
                     # before this instant, and the window has only gained room since (this lane
                     # has no other call), so the bound holds without paying for the database
                     # round trip in the window.
-                    counted = len(batch)
-                    pacer.started(counted, time.monotonic())
+                    counted = len(batch) if cost is None else sum(map(cost, batch))
+                    if counted:  # rows costing nothing are skipped without a request
+                        pacer.started(counted, time.monotonic())
                     outcome = await s.call_ses(campaign, batch)
             finally:
                 self._in_call = False
@@ -467,6 +480,11 @@ class Lane:
                             attempt, base=s.config.retry_base_s, cap=s.config.retry_cap_s, rng=s.rng
                         )
                     )
+
+
+def _same_call(row: ClaimedRecipient, first: ClaimedRecipient) -> bool:
+    """One template per SendBulkEmail: an A/B test's variants go in calls of their own."""
+    return row.campaign_id == first.campaign_id and row.variant == first.variant
 
 
 def replacement_data(row: ClaimedRecipient) -> dict[str, Any]:
@@ -915,6 +933,17 @@ class CampaignSender:
             if r.status in self.stats:
                 self.stats[r.status] += 1
         metrics.count_results(campaign_id, results)
+
+    def row_cost(self, campaign: LiveCampaign) -> Callable[[ClaimedRecipient], int] | None:
+        """What one row costs against the campaign's rate limit, when not one unit each: its
+        message's segments for an SMS campaign limited in segments (the channel renders the
+        body exactly as it sends it). None for every other campaign: a row costs one."""
+        if campaign.rate_unit != "segments":
+            return None
+        channel = self.channels.get(campaign.channel)
+        if channel is None:
+            return None
+        return functools.partial(channel.segments, campaign)
 
     async def enter_call(
         self, campaign_id: int, rows: list[ClaimedRecipient]

@@ -1,8 +1,9 @@
 """The SMS channel: one SendTextMessage per recipient, sent concurrently within a lane call.
 
 The lane hands over up to `call_size` rows per call (FLASHSEND_SMS_CALL_SIZE, 10), paced and
-counted as one call of that many messages (streams.sender), exactly as for email. Here each
-row becomes its own request, and the requests of a call run at once on a thread pool of
+counted as one call of that many messages (streams.sender), exactly as for email; a campaign
+limited in segments (campaigns.rate_unit) counts each row's segments instead (`row_segments`).
+Here each row becomes its own request, and the requests of a call run at once on a thread pool of
 `inflight` threads shared by all lanes of the worker (boto3 is blocking): a worker's
 throughput is then about `inflight / latency` instead of `lanes / latency`. The rows of a call
 enter it together, so a worker killed mid-call leaves at most `call_size` rows per lane
@@ -66,6 +67,16 @@ def message_context(row: ClaimedRecipient) -> dict[str, str]:
     if row.variant is not None:
         context["variant"] = row.variant
     return context
+
+
+def row_segments(campaign: LiveCampaign, row: ClaimedRecipient) -> int:
+    """The segments `send` sends for `row`: its body rendered as `send` renders it; 0 for an
+    invalid number or a row past its send window (skipped without a request). A campaign
+    limited in segments charges each row this much (campaigns.rate_unit, streams.throttle
+    WindowPacer.admit_costs)."""
+    if phone_problem(normalise_phone(row.email)) is not None or past_deadline(row, utc_now()):
+        return 0
+    return count_segments(render_body(campaign.template_for(row.variant), body_values(row))).count
 
 
 class SmsChannel:
@@ -188,6 +199,9 @@ class SmsChannel:
             assert self._make_sms is not None
             self._sms = self._make_sms()
         return self._sms
+
+    def segments(self, campaign: LiveCampaign, row: ClaimedRecipient) -> int:
+        return row_segments(campaign, row)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -243,6 +243,17 @@ def partition_budget(
     return 1 + floors[partition] + (1 if partition in by_remainder[:left] else 0)
 
 
+def affordable_rows(costs: Sequence[int], units: int) -> int:
+    """How many of `costs`, taken in order, fit in `units`: the longest prefix whose sum is
+    at most `units` (a row never splits: a call holds whole messages)."""
+    total = 0
+    for i, cost in enumerate(costs):
+        total += cost
+        if total > units:
+            return i
+    return len(costs)
+
+
 @dataclass
 class WindowPacer:
     """A sliding-window budget for one sender lane: whatever the calls' latencies, the
@@ -266,6 +277,10 @@ class WindowPacer:
     waiting on answers with budget to spare, and calls of twice the latency reach the bound's
     budget per (window + latency) whenever they fit in one SES call. When the window has room
     for at least half a call but not a whole one, the call shrinks to the room.
+
+    Counted in recipients (messages), or in segments for an SMS campaign limited in segments:
+    there a row costs its message's segments (`admit_costs`, `call_rows`), and `budget`,
+    `started` and `finished` are in segments.
 
     `budget <= 0` means unlimited. Pure: time comes in as `now`, nothing sleeps.
     """
@@ -318,12 +333,53 @@ class WindowPacer:
             return 0, 0.0
         if self.unlimited:
             return wanted, 0.0
+        return self._room(wanted, max(1, min(wanted, self.budget, (wanted + 1) // 2)), now)
+
+    def admit_costs(self, costs: Sequence[int], now: float) -> tuple[int, float]:
+        """`admit` for rows of unequal cost (an SMS campaign limited in segments, a row
+        costing its message's segments): how many of the rows, in order, may go into a call
+        starting at `now` (the prefix whose summed cost fits the room), and, when none may,
+        how long to wait. `started` and `finished` then take the admitted rows' summed cost.
+
+        As with `admit`, a call waits for room for half its cost (at most the budget) and
+        at least its first row. A row costing more than the whole budget can never fit: it
+        goes alone once the window is empty, and nothing else goes until a window after its
+        answer, so the lane's bound in any second is max(budget, the dearest row) rather
+        than a lane stuck for good. Rows costing 0 (skipped without a request) always go."""
+        if not costs:
+            return 0, 0.0
+        wanted = sum(costs)
+        if wanted <= 0 or self.unlimited:
+            return len(costs), 0.0
+        first = costs[0]
+        if first > self.budget:
+            least = self.budget  # the whole budget free: an empty window
+        else:
+            least = max(first, min(wanted, self.budget, (wanted + 1) // 2))
+        units, wait = self._room(wanted, least, now)
+        if not units:
+            return 0, wait
+        return max(1, affordable_rows(costs, units)), 0.0
+
+    def call_rows(self, costs: Sequence[int], max_entries: int) -> int:
+        """Rows in the next call when rows cost unequal units: as many of the queue's head
+        (`costs`, in order) as fit the cost `call_size` gives a call of `max_entries` rows,
+        rows not queued yet priced like the dearest queued one (so a lane lingers for a
+        fuller call as it does with equal costs); at least one row."""
+        head = list(costs[:max_entries])
+        if not head:
+            return max_entries
+        priced = head + [max(head)] * (max_entries - len(head))
+        return max(1, affordable_rows(priced, self.call_size(sum(priced))))
+
+    def _room(self, wanted: int, least: int, now: float) -> tuple[int, float]:
+        """Units of `wanted` admitted at `now` when the window has room for `least` of them,
+        else (0, how long until it may)."""
         if now < self._held_until:
             return 0, self._held_until - now
         if now < self._next_at - _EPSILON:
             return 0, self._next_at - now
         room = self.budget - self.used(now)
-        least = max(1, min(wanted, self.budget, (wanted + 1) // 2))
         if room >= least:
             return min(wanted, room), 0.0
         if self._in_call:  # another call of this lane is out: its answer frees nothing yet

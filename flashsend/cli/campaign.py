@@ -17,6 +17,7 @@ from producers.campaign_ops import (
     DEFAULT_SUBJECT,
     DEFAULT_TEMPLATE,
     DEFAULT_TEXT,
+    RATE_UNITS,
     AbTest,
     control_campaign,
     create_campaign,
@@ -86,7 +87,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "'sale: the right code' --template sale_fixed --correction-of 41. "
         "SMS: --channel sms --body TEXT texts each user's phone (users.phone, E.164 after "
         "normalising; others are skipped, invalid_phone) from FLASHSEND_SMS_ORIGINATION_IDENTITY; "
-        "--rate counts messages. Example: flashsend campaign create --name sale-sms "
+        "--rate counts messages, or segments with --rate-unit segments (a 200-character "
+        "GSM-7 body is 2). Example: flashsend campaign create --name sale-sms "
         "--channel sms --body 'Hi {{first_name}}, -50% today. Reply STOP to opt out' --rate 50. "
         "Quiet hours: an SMS campaign texts only within FLASHSEND_SMS_SEND_HOURS (08:00-21:00) "
         "of each user's local day (users.timezone); a --local-window must lie within them, and "
@@ -127,7 +129,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=float,
         default=None,
         help="recipients per second for the whole campaign; 0 = unlimited "
-        "(default FLASHSEND_DEFAULT_RATE)",
+        "(default FLASHSEND_DEFAULT_RATE); an SMS campaign's counts --rate-unit",
+    )
+    p.add_argument(
+        "--rate-unit",
+        choices=RATE_UNITS,
+        default="messages",
+        help="what --rate counts: messages, or segments (SMS only: a message costs its "
+        "segments, GSM-7 160 characters / 153 once split, UCS-2 70 / 67); default %(default)s",
     )
     p.add_argument(
         "--ramp",
@@ -362,6 +371,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         name=args.name,
         template=args.body if args.channel == "sms" else args.template,
         channel=args.channel,
+        rate_unit=args.rate_unit,
         rate=args.rate,
         from_address=args.from_address,
         configuration_set=args.configuration_set,
@@ -468,7 +478,7 @@ def format_status(p: Any, promo: PromoCounts | None = None) -> str:
         f"sending {p['sending']:,}  failed {p['failed']:,}  unknown {p['unknown']:,}  "
         f"skipped {p['skipped']:,}{_set_aside(p)}  cancelled {p['cancelled']:,}"
         f"{'  held ' + format(p['held'], ',') if p['held'] else ''}\n"
-        f"  rate {rate:,.0f}/s (limit {p['rate_limit'] or 'unlimited'})  ETA {eta}"
+        f"  rate {rate:,.0f}/s (limit {format_limit(p)})  ETA {eta}"
         + format_hold(p)
         + (f"\n  correction of campaign {p['correction_of']}" if p["correction_of"] else "")
         + (
@@ -477,6 +487,17 @@ def format_status(p: Any, promo: PromoCounts | None = None) -> str:
             else ""
         )
     )
+
+
+def format_limit(p: Any) -> str:
+    """The campaign's rate limit; an SMS campaign's with its unit (messages or segments per
+    second: the measured rate beside it counts messages either way)."""
+    limit = p["rate_limit"]
+    if not limit:
+        return "unlimited"
+    if p["channel"] == "sms":
+        return f"{limit} {p['rate_unit']}/s"
+    return f"{limit}"
 
 
 def format_variants(ab: dict[str, Any] | None) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from flashsend.cli.campaign import format_slots, format_variants
+from flashsend.cli.campaign import format_limit, format_slots, format_variants
 from flashsend.cli.lab_result import progress_log
 from flashsend.errors import UsageError
 from flashsend.settings import load_settings
@@ -245,6 +245,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     c = report["campaign"]
     print(f"campaign {c['id']} {c['name']!r}: {c['status']}  recipients {c['recipients']}")
+    print(f"  {'rate limit':<17} {format_limit(c)}")
     for key in ("started_at", "snapshot_done_at", "produced_at", "paused_at", "finished_at"):
         print(f"  {key:<17} {c[key] or '-'}")
     if report["promo_codes"] is not None:

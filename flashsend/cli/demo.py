@@ -27,7 +27,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "With --channel sms the campaign is a text message to each user's phone through AWS End "
         "User Messaging SMS (the stand-in speaks pinpoint-sms-voice-v2): users get demo numbers, "
         "0.2 % of them invalid (skipped, invalid_phone), and the summary adds `segments`; "
-        "--rate counts messages. "
+        "--rate counts messages, or segments with --rate-unit segments (the summary adds "
+        "`max_1s_window_segments`; the demo's body is one segment). "
         "With --local-window (users get time zones from a fixed list, one unknown) or --waves "
         "(every fifth user opened 3 days ago) the campaign is scheduled; the demo's clock "
         "jumps to the next slot once the released ones are sent, so a day's plan runs in "
@@ -45,6 +46,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=float,
         default=0.0,
         help="campaign limit in recipients/s; 0 = unlimited (default)",
+    )
+    p.add_argument(
+        "--rate-unit",
+        choices=("messages", "segments"),
+        default="messages",
+        help="what --rate counts; segments only with --channel sms (default %(default)s)",
     )
     p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     p.add_argument(
@@ -129,6 +136,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 waves=args.waves,
                 ramp=args.ramp or "",
                 channel=args.channel,
+                rate_unit=args.rate_unit,
             ),
             progress_log(args),
         )

@@ -67,6 +67,7 @@ class DemoOptions:
     waves: str | None = None  # e.g. "recent:30m,rest:2d"
     ramp: str = ""  # a rate ramp, as `campaign create --ramp` takes it ("": none)
     channel: str = "email"  # "sms": texts through pinpoint-sms-voice-v2 to users' phones
+    rate_unit: str = "messages"  # "segments": an SMS campaign's rate counts segments
 
 
 # The SMS demo's body: GSM-7, one segment for the demo's names.
@@ -225,6 +226,8 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
     )
     if options.channel == "sms" and (options.promo_codes or options.variants):
         raise UsageError("--channel sms runs without --promo-codes and --variants")
+    if options.rate_unit == "segments" and options.channel != "sms":
+        raise UsageError("--rate-unit segments is for SMS campaigns (add --channel sms)")
     started = StartedCampaigns(settings)
     summary: dict[str, Any] = {"campaign_id": None, "rate_limit": limit}
     sending_since: float | None = None
@@ -267,6 +270,7 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
                 schedule=schedule,
                 ramp=ramp,
                 channel=options.channel,
+                rate_unit=options.rate_unit,
             )
         )
         summary["campaign_id"] = campaign_id
@@ -367,7 +371,16 @@ def _final_counts(
         "send_rate_per_s": round(progress.send_rate, 1),
         "max_1s_window": stats.get("max_1s_window"),
         "status": progress["status"],
-        **({"channel": "sms", "segments": stats.get("segments")} if channel == "sms" else {}),
+        **(
+            {
+                "channel": "sms",
+                "rate_unit": progress["rate_unit"],
+                "segments": stats.get("segments"),
+                "max_1s_window_segments": stats.get("max_1s_window_segments"),
+            }
+            if channel == "sms"
+            else {}
+        ),
     }
 
 

@@ -96,8 +96,8 @@ class SesStandinAdmin:
 
     def sms_stats(self, campaign: str | None = None) -> dict[str, Any]:
         """SMS (pinpoint-sms-voice-v2) figures: accepted, duplicates (extra messages to one
-        number), max_1s_window, segments, first_ts, last_ts; without a campaign also
-        spent_usd and throttled."""
+        number), max_1s_window (messages), max_1s_window_segments, segments, first_ts,
+        last_ts; without a campaign also spent_usd and throttled."""
         return cast(dict[str, Any], self._call("GET", "/_admin/sms/stats", {"campaign": campaign}))
 
     def sms_messages(

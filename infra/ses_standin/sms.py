@@ -62,11 +62,13 @@ class CampaignLedger:
     """Accepted messages of one campaign (its `Context.campaign`)."""
 
     times: list[float] = field(default_factory=list)
+    segment_counts: list[int] = field(default_factory=list)  # of each message, as `times`
     destinations: Counter[str] = field(default_factory=Counter)
     segments: int = 0
 
     def stats(self) -> dict[str, Any]:
         times, counts = sort_points(self.times, [1] * len(self.times))
+        _, segments = sort_points(self.times, self.segment_counts)
         dups = [d for d, n in self.destinations.items() if n > 1]
         return {
             "accepted": len(self.times),
@@ -74,6 +76,7 @@ class CampaignLedger:
             "duplicates": sum(n - 1 for n in self.destinations.values() if n > 1),
             "duplicate_destinations": sorted(dups)[:100],
             "max_1s_window": max_in_window(times, counts),
+            "max_1s_window_segments": max_in_window(times, segments),
             "segments": self.segments,
             "first_ts": times[0] if times else None,
             "last_ts": times[-1] if times else None,
@@ -147,6 +150,7 @@ class SmsAccount:
         self.records.append(SmsRecord(message_id, now, destination, identity, text, segments, ctx))
         ledger = self.ledgers.setdefault(ctx.get("campaign", UNTAGGED), CampaignLedger())
         ledger.times.append(now)
+        ledger.segment_counts.append(segments)
         ledger.destinations[destination] += 1
         ledger.segments += segments
         return message_id
@@ -216,6 +220,7 @@ class SmsAccount:
         total = CampaignLedger()
         for ledger in self.ledgers.values():
             total.times.extend(ledger.times)
+            total.segment_counts.extend(ledger.segment_counts)
             total.destinations.update(ledger.destinations)
             total.segments += ledger.segments
         return {**total.stats(), "spent_usd": round(self.spent_usd, 5), "throttled": self.throttled}

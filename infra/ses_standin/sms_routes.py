@@ -4,7 +4,8 @@ PinpointSMSVoiceV2.<Operation>`, `application/x-amz-json-1.0` bodies; errors are
 
 | route                                   | answer                                             |
 |-----------------------------------------|----------------------------------------------------|
-| GET  /_admin/sms/stats[?campaign=C]     | accepted, duplicates, max_1s_window, segments, …   |
+| GET  /_admin/sms/stats[?campaign=C]     | accepted, duplicates, max_1s_window (messages),    |
+|                                         | max_1s_window_segments, segments, …                |
 | GET  /_admin/sms/messages[?destination=A&campaign=C] | accepted messages                     |
 | POST /_admin/sms/inbound {"from", "to", "body"} | a reply; STOP opts the number out          |
 | POST /_admin/sms/reset                  | forget messages, opt-outs, buckets                 |

@@ -1,8 +1,8 @@
 -- name: create_campaign
 INSERT INTO campaigns (name, template, from_address, configuration_set, rate_limit,
-                       audience_condition, channel)
+                       audience_condition, channel, rate_unit)
 VALUES (%(name)s, %(template)s, %(from_address)s, %(configuration_set)s, %(rate_limit)s,
-        %(audience_condition)s, %(channel)s)
+        %(audience_condition)s, %(channel)s, %(rate_unit)s)
 RETURNING id;
 
 -- name: get_campaign
@@ -42,7 +42,7 @@ SELECT id, status, rate_limit, template, from_address, configuration_set, name,
        partition_weights, variants, ramp,
        sending_s + coalesce(extract(epoch FROM clock_timestamp() - sending_since)::float8, 0)
            AS sending_elapsed_s,
-       channel
+       channel, rate_unit
   FROM campaigns
  WHERE status IN ('sending', 'paused', 'snapshotting')
     OR (status IN ('cancelled', 'done', 'failed') AND updated_at > now() - interval '1 hour');
@@ -75,8 +75,8 @@ SELECT status, count(*) AS n FROM campaign_recipients
 -- rows (user id < 0, streams/seed_list.py) are counted apart in `seed`, through the
 -- (campaign_id, user_id) index: CampaignStore.progress takes them out of the audience's
 -- figures, and one statement keeps both counts of one snapshot.
-SELECT c.id, c.name, c.status, c.reason, c.rate_limit, c.recipients, c.started_at,
-       c.snapshot_done_at, c.produced_at, c.paused_at, c.finished_at,
+SELECT c.id, c.name, c.status, c.reason, c.rate_limit, c.rate_unit, c.channel, c.recipients,
+       c.started_at, c.snapshot_done_at, c.produced_at, c.paused_at, c.finished_at,
        c.duplicate_addresses, c.invalid_addresses, c.correction_of, c.seed_recipients,
        c.hold_until, c.hold_released_at, c.hold_released_by, s.seed,
        extract(epoch FROM now() - c.started_at) AS elapsed_s,
