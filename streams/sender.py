@@ -84,6 +84,9 @@ SETTLE_S = 2.0
 # A stopping worker's wait for its calls in flight: below the worker's 20-s shutdown grace
 # (flashsend.faust_worker), above a call's answer under load.
 DRAIN_S = 10.0
+# A stopping worker's wait for its claim round in progress (a claim transaction, retried
+# while the database is unreachable).
+CLAIM_FINISH_S = 3.0
 # A lane holding less than a full call waits up to this long for more rows: a 5-entry call
 # costs boto3, the stand-in and the result statement nearly as much as a 50-entry one, and
 # partial calls kept a 2-worker pipeline at ~11 entries per call and ~1,200 recipients/s.
@@ -1139,10 +1142,18 @@ class CampaignSender:
     async def stop(self, drain_s: float = DRAIN_S) -> None:
         """No more claims; every lane lets its call in flight finish and records it (within
         `drain_s`, all lanes at once), then releases what it still holds."""
-        tasks = [*self._feeders.values(), *([self._claimer] if self._claimer else [])]
-        for task in tasks:
+        feeders = list(self._feeders.values())
+        for task in feeders:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*feeders, return_exceptions=True)
+        claimer = self._claimer
+        if claimer is not None:
+            # A claim cancelled between its commit and the hand-over to the lanes would leave
+            # its rows `sending` in no lane until the lease: the round in progress finishes
+            # first (the lanes release what it hands them below), within CLAIM_FINISH_S.
+            await asyncio.wait({claimer}, timeout=CLAIM_FINISH_S)
+            claimer.cancel()
+            await asyncio.gather(claimer, return_exceptions=True)
         await asyncio.gather(*(lane.stop(drain_s) for lane in list(self.lanes.values())))
         self._executor.shutdown(wait=False, cancel_futures=True)
         for channel in self.channels.values():
