@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FlashsendError as exc:
         print(f"flashsend: error: {exc}", file=sys.stderr)
         return 2
-    except psycopg.OperationalError as exc:
+    except psycopg.Error as exc:
         hint = stack_hint(exc)
         if hint is None:
             raise
