@@ -19,14 +19,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from flashsend import deliverability
 from flashsend.settings import Settings, settings_env
+from infra.aws_plan import SMS_EVENT_TYPES
 from infra.errors import StackError
 from infra.process import ManagedProcess, port_open, require_free_port, wait_until
 from sinks.sms import make_sms_client
-from streams.resolution import OUTCOME_BY_EVENT
-
-# The SMS events the feedback loop reads (streams.resolution): the stand-in publishes
-# TEXT_DELIVERED; the others are there as in a real event destination.
-SMS_EVENT_TYPES = tuple(t for t in OUTCOME_BY_EVENT if t.startswith("TEXT_"))
 
 
 def subscribe_local(

@@ -175,7 +175,8 @@ def test_the_backlog_is_resumed_only_when_asked(own_standin: Settings, endpoint:
 def test_the_stacks_subscription_matches_the_configured_event_types(
     settings: Settings, endpoint: Endpoint
 ) -> None:
-    from infra.webhook_service import SMS_EVENT_TYPES, subscribe_local
+    from infra.aws_plan import SMS_EVENT_TYPES
+    from infra.webhook_service import subscribe_local
 
     s = settings.model_copy(
         update={
