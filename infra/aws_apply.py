@@ -58,6 +58,8 @@ def options_from(settings: Settings) -> Options:
         webhook_url=deliverability.public_url(settings) + deliverability.SNS_PATH,
         local=local,
         event_types=tuple(deliverability.matching_event_types(settings)),
+        sms_configuration_set=settings.sms_configuration_set,
+        sms_number=settings.sms_origination_identity,
     )
 
 
@@ -81,6 +83,7 @@ class Clients:
     sqs: Any
     sns: Any | None  # None locally
     standin: Any | None  # SqsSinkAdmin locally
+    sms: Any | None = None  # pinpoint-sms-voice-v2; None locally
 
 
 def clients(settings: Settings) -> Clients:
@@ -123,6 +126,7 @@ def clients(settings: Settings) -> Clients:
         session.client("sqs", config=_CONFIG),
         session.client("sns", config=_CONFIG),
         None,
+        session.client("pinpoint-sms-voice-v2", config=_CONFIG),
     )
 
 
@@ -154,6 +158,16 @@ def read_current(d: Desired, c: Clients) -> Current:
             standin_subscriptions=(
                 () if c.standin is None else tuple(c.standin.state()["subscriptions"])
             ),
+            sms_destinations=(
+                _read_sms_set(c.sms, d.sms_configuration_set)
+                if c.sms is not None and d.sms_configuration_set
+                else None
+            ),
+            sms_phone_number=(
+                _read_phone_number(c.sms, d.sms_number)
+                if c.sms is not None and d.sms_configuration_set and d.sms_number
+                else None
+            ),
         )
     except (BotoCoreError, ClientError, OSError) as exc:
         raise AwsSetupError(f"reading the current set-up failed: {exc}") from exc
@@ -168,6 +182,39 @@ def _read_set(ses: Any, name: str, d: Desired) -> dict[str, dict[str, Any]] | No
         raise
     answer = ses.get_configuration_set_event_destinations(ConfigurationSetName=name)
     return {dest["Name"]: dest for dest in answer.get("EventDestinations", [])}
+
+
+def _read_sms_set(sms: Any, name: str) -> dict[str, dict[str, Any]] | None:
+    try:
+        answer = sms.describe_configuration_sets(ConfigurationSetNames=[name])
+    except ClientError as exc:
+        if _code(exc) == "ResourceNotFoundException":
+            return None
+        raise
+    found = answer.get("ConfigurationSets") or []
+    if not found:
+        return None
+    return {d["EventDestinationName"]: d for d in found[0].get("EventDestinations", [])}
+
+
+def _read_phone_number(sms: Any, identity: str) -> dict[str, Any] | None:
+    """The account's phone number that `identity` names (its id, ARN or E.164 number)."""
+    try:
+        if identity.startswith(("phone-", "arn:")):
+            numbers = sms.describe_phone_numbers(PhoneNumberIds=[identity])["PhoneNumbers"]
+        else:
+            pages = sms.get_paginator("describe_phone_numbers").paginate()
+            numbers = [
+                n
+                for page in pages
+                for n in page.get("PhoneNumbers", [])
+                if n.get("PhoneNumber") == identity
+            ]
+    except ClientError as exc:
+        if _code(exc) == "ResourceNotFoundException":
+            return None
+        raise
+    return dict(numbers[0]) if numbers else None
 
 
 def _read_queue(sqs: Any, name: str) -> tuple[str, dict[str, str]] | None:
@@ -226,7 +273,7 @@ def execute(action: Action, c: Clients) -> None:
             event_types=params["event_types"],
         )
         return
-    client = {"ses": c.ses, "sqs": c.sqs, "sns": c.sns}[action.service]
+    client = {"ses": c.ses, "sqs": c.sqs, "sns": c.sns, "sms": c.sms}[action.service]
     try:
         getattr(client, action.operation)(**action.params)
     except (BotoCoreError, ClientError) as exc:

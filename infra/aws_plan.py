@@ -18,6 +18,12 @@ lets SES publish for those configuration sets only. Then:
 
 Either way the subscription's own failures (SNS could not deliver at all) go to
 `<queue>-sns-dlq`.
+
+With an SMS configuration set (`FLASHSEND_SMS_CONFIGURATION_SET`), against AWS only: that
+configuration set (AWS End User Messaging SMS, `pinpoint-sms-voice-v2`) with an event
+destination of the TEXT_* types the feedback loop reads to the same topic, the topic policy
+letting End User Messaging publish, and two-way SMS of the origination number
+(`FLASHSEND_SMS_ORIGINATION_IDENTITY`) to the same topic, so STOP replies reach the webhook.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from streams.resolution import OUTCOME_BY_EVENT
 
 PATHS = ("sqs", "webhook")
 # The default event types of an event destination (FLASHSEND_SES_EVENT_TYPES sets them).
@@ -72,6 +80,9 @@ HTTP_DELIVERY_POLICY: dict[str, Any] = {
     }
 }
 MAX_RETRY_WINDOW_S = 3600
+# What the SMS event destination publishes: the TEXT_* types that settle a row (the feedback
+# loop's streams.resolution). Replies come through two-way SMS, not the destination.
+SMS_EVENT_TYPES = tuple(t for t in OUTCOME_BY_EVENT if t.startswith("TEXT_"))
 MAX_RETRIES = 100
 
 
@@ -132,6 +143,8 @@ class Desired:
     subscription: Subscription
     # Attributes the local SQS server accepts and drops (never compared there).
     unkept_queue_attributes: frozenset[str] = frozenset()
+    sms_configuration_set: str = ""  # "": no SMS set-up
+    sms_number: str = ""  # the origination identity whose replies go to the topic
 
     def queue_arn(self, name: str) -> str:
         return f"arn:aws:sqs:{self.region}:{self.account}:{name}"
@@ -151,8 +164,24 @@ def _policy(statements: Sequence[dict[str, Any]]) -> str:
     return json.dumps({"Version": "2012-10-17", "Statement": list(statements)}, sort_keys=True)
 
 
-def topic_policy(topic_arn: str, account: str, region: str, sets: Sequence[str]) -> str:
-    """The account keeps its default rights; SES may publish for our configuration sets only."""
+def topic_policy(
+    topic_arn: str, account: str, region: str, sets: Sequence[str], *, sms: bool = False
+) -> str:
+    """The account keeps its default rights; SES may publish for our configuration sets only;
+    with `sms`, End User Messaging SMS may publish for this account (its event destinations
+    and two-way messages)."""
+    sms_statements: list[dict[str, Any]] = []
+    if sms:
+        sms_statements.append(
+            {
+                "Sid": "SmsEventsAndReplies",
+                "Effect": "Allow",
+                "Principal": {"Service": "sms-voice.amazonaws.com"},
+                "Action": "SNS:Publish",
+                "Resource": topic_arn,
+                "Condition": {"StringEquals": {"AWS:SourceAccount": account}},
+            }
+        )
     return _policy(
         [
             {
@@ -188,6 +217,7 @@ def topic_policy(topic_arn: str, account: str, region: str, sets: Sequence[str])
                     },
                 },
             },
+            *sms_statements,
         ]
     )
 
@@ -224,6 +254,8 @@ class Options:
     webhook_url: str
     local: bool
     event_types: tuple[str, ...] = SES_EVENT_TYPES  # SESv2 MatchingEventTypes names
+    sms_configuration_set: str = ""  # "": the SMS channel is not set up
+    sms_number: str = ""  # FLASHSEND_SMS_ORIGINATION_IDENTITY
 
 
 def desired(options: Options, path: str) -> Desired:
@@ -295,13 +327,21 @@ def desired(options: Options, path: str) -> Desired:
         event_types=tuple(o.event_types),
         topic_arn=o.topic_arn,
         topic_attributes={
-            "Policy": topic_policy(o.topic_arn, account, region, o.configuration_sets)
+            "Policy": topic_policy(
+                o.topic_arn,
+                account,
+                region,
+                o.configuration_sets,
+                sms=bool(o.sms_configuration_set),
+            )
         },
         queues=queues,
         subscription=subscription,
         unkept_queue_attributes=(
             frozenset({"Policy", "MessageRetentionPeriod"}) if o.local else frozenset()
         ),
+        sms_configuration_set=o.sms_configuration_set,
+        sms_number=o.sms_number,
     )
 
 
@@ -326,6 +366,11 @@ class Current:
     subscriptions: tuple[CurrentSubscription, ...] = ()
     # Local only: the stand-in's SQS subscriptions (its stand-in for SNS → SQS).
     standin_subscriptions: tuple[dict[str, Any], ...] = ()
+    # The SMS configuration set's event destinations by name (None: no such set).
+    sms_destinations: dict[str, dict[str, Any]] | None = None
+    # The origination phone number (DescribePhoneNumbers), None: not a phone number of the
+    # account (a pool or a sender id: two-way is set on its numbers by hand).
+    sms_phone_number: dict[str, Any] | None = None
 
 
 # ---- the plan ---------------------------------------------------------------------------------
@@ -333,7 +378,7 @@ class Current:
 
 @dataclass(frozen=True)
 class Action:
-    service: str  # ses | sns | sqs | standin
+    service: str  # ses | sns | sqs | sms | standin
     operation: str  # the boto3 method (or the stand-in admin call)
     params: dict[str, Any]
     summary: str
@@ -443,7 +488,103 @@ def plan(d: Desired, c: Current) -> Plan:
 
     for name in d.configuration_sets:
         actions.extend(_configuration_set(d, name, c.configuration_sets.get(name), ok, notes))
+    if d.sms_configuration_set:
+        if d.local:
+            notes.append(
+                "SMS: locally `flashsend up` subscribes the webhook to the SMS configuration set "
+                "and turns two-way SMS on at the stand-in; planned only against AWS"
+            )
+        else:
+            actions.extend(_sms_configuration_set(d, c.sms_destinations, ok, notes))
+            actions.extend(_sms_two_way(d, c.sms_phone_number, ok, notes))
     return Plan(tuple(actions), tuple(ok), tuple(notes))
+
+
+def _sms_configuration_set(
+    d: Desired, destinations: dict[str, dict[str, Any]] | None, ok: list[str], notes: list[str]
+) -> list[Action]:
+    name = d.sms_configuration_set
+    actions: list[Action] = []
+    if destinations is None:
+        actions.append(
+            Action(
+                "sms",
+                "create_configuration_set",
+                {"ConfigurationSetName": name},
+                f"create SMS configuration set {name}",
+            )
+        )
+        destinations = {}
+    have = destinations.get(d.destination)
+    what = f"event destination {d.destination} of SMS configuration set {name}"
+    if have is None:
+        actions.append(
+            Action(
+                "sms",
+                "create_event_destination",
+                {
+                    "ConfigurationSetName": name,
+                    "EventDestinationName": d.destination,
+                    "MatchingEventTypes": list(SMS_EVENT_TYPES),
+                    "SnsDestination": {"TopicArn": d.topic_arn},
+                },
+                f"add {what} (delivery and final failure TEXT_* events → SNS)",
+            )
+        )
+    elif not (
+        bool(have.get("Enabled"))
+        and sorted(have.get("MatchingEventTypes") or []) == sorted(SMS_EVENT_TYPES)
+        and (have.get("SnsDestination") or {}).get("TopicArn") == d.topic_arn
+    ):
+        actions.append(
+            Action(
+                "sms",
+                "update_event_destination",
+                {
+                    "ConfigurationSetName": name,
+                    "EventDestinationName": d.destination,
+                    "Enabled": True,
+                    "MatchingEventTypes": list(SMS_EVENT_TYPES),
+                    "SnsDestination": {"TopicArn": d.topic_arn},
+                },
+                f"update {what} (delivery and final failure TEXT_* events → SNS)",
+            )
+        )
+    else:
+        ok.append(f"SMS configuration set {name} and its {what.split(' of ')[0]}")
+    for other, dest in destinations.items():
+        if other != d.destination:
+            notes.append(f"event destination {other} of {name} is not ours: left as it is ({dest})")
+    return actions
+
+
+def _sms_two_way(
+    d: Desired, number: dict[str, Any] | None, ok: list[str], notes: list[str]
+) -> list[Action]:
+    if number is None:
+        notes.append(
+            f"SMS two-way: {d.sms_number or 'the origination identity'} is not a phone number "
+            f"of this account (a pool or a sender id?): turn two-way on for the numbers that "
+            f"send with TwoWayChannelArn {d.topic_arn}, or STOP replies reach us only through "
+            "the opt-out list at the next campaign start"
+        )
+        return []
+    phone = str(number.get("PhoneNumber") or d.sms_number)
+    if number.get("TwoWayEnabled") and number.get("TwoWayChannelArn") == d.topic_arn:
+        ok.append(f"two-way SMS of {phone} to the SNS topic")
+        return []
+    return [
+        Action(
+            "sms",
+            "update_phone_number",
+            {
+                "PhoneNumberId": str(number["PhoneNumberId"]),
+                "TwoWayEnabled": True,
+                "TwoWayChannelArn": d.topic_arn,
+            },
+            f"turn two-way SMS of {phone} on, to the SNS topic (STOP replies → the webhook)",
+        )
+    ]
 
 
 def _describe_queue(attributes: Mapping[str, str]) -> str:

@@ -1,9 +1,10 @@
 """The webhook as a service of the local stack (`flashsend up`), like the SES stand-in.
 
 Started as `flashsend webhook` with the stack's settings; once it answers, it is subscribed to
-the stand-in's event topic for the marketing and transactional configuration sets (what an
-SES event destination + SNS subscription are in AWS), and `up` waits for the webhook to have
-confirmed the subscription, i.e. for the whole signed round trip to work.
+the stand-in's event topic for the marketing, transactional and SMS configuration sets (what
+an SES or SMS event destination + SNS subscription are in AWS), the origination number's
+two-way SMS goes to the same topic, and `up` waits for the webhook to have confirmed the
+subscription, i.e. for the whole signed round trip to work.
 """
 
 from __future__ import annotations
@@ -14,10 +15,14 @@ import sys
 import urllib.request
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from flashsend import deliverability
 from flashsend.settings import Settings, settings_env
+from infra.aws_plan import SMS_EVENT_TYPES
 from infra.errors import StackError
 from infra.process import ManagedProcess, port_open, require_free_port, wait_until
+from sinks.sms import make_sms_client
 
 
 def subscribe_local(
@@ -37,17 +42,32 @@ def subscribe_local(
     target = endpoint or deliverability.public_url(settings) + deliverability.SNS_PATH
     sets = [
         s
-        for s in (settings.marketing_configuration_set, settings.transactional_configuration_set)
+        for s in (
+            settings.marketing_configuration_set,
+            settings.transactional_configuration_set,
+            settings.sms_configuration_set,
+        )
         if s
     ]
     types = [t for t in deliverability.event_types(settings) if t in EVENT_TYPES]
+    topic = settings.sns_topic_arns[0]
     sub = admin.subscribe(
-        target, settings.sns_topic_arns[0], configuration_sets=sets or None, event_types=types
+        target, topic, configuration_sets=sets or None, event_types=[*types, *SMS_EVENT_TYPES]
     )
     try:
-        return admin.wait_confirmed(sub["id"], timeout=timeout)
+        confirmed = admin.wait_confirmed(sub["id"], timeout=timeout)
     except TimeoutError as exc:
         raise StackError(f"the webhook did not confirm its SNS subscription: {exc}") from exc
+    # Replies to the origination number (two-way SMS) go to the same topic: STOP events.
+    try:
+        make_sms_client(settings, pool=1).update_phone_number(
+            PhoneNumberId=settings.sms_origination_identity,
+            TwoWayEnabled=True,
+            TwoWayChannelArn=topic,
+        )
+    except (BotoCoreError, ClientError) as exc:
+        raise StackError(f"could not turn two-way SMS on at the stand-in: {exc}") from exc
+    return confirmed
 
 
 class WebhookService:

@@ -13,8 +13,8 @@ written only after the broker acknowledged every copy.
 Letters from the SNS webhook are not records of a topic: their origin is the SNS topic ARN and
 their value the raw SES notification (JSON), dead-lettered because it was not a readable SES
 event. Replaying one does what the webhook does with a notification: parse it
-(producers.ses_events.parse_ses_message, the SNS MessageId is the letter's key, the time the
-webhook received it is the letter's failed_at), encode one `ses_event` record per recipient
+(producers.event_messages.parse_event_message, the SNS MessageId is the letter's key, the
+time the webhook received it is the letter's failed_at), encode one `ses_event` record per recipient
 and produce them to mail.events keyed by address, with the webhook's headers. Nothing is
 produced while any chosen letter is still unreadable: the error names them. The feedback agent
 deduplicates on the event ids (uuid5 of the SES message, type and recipient).
@@ -35,9 +35,10 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
 from producers.dlq import DLQ_HEADERS, Header, record_headers
+from producers.event_messages import parse_event_message
 from producers.replay import operator
 from producers.ses_events import SCHEMA as SES_SCHEMA
-from producers.ses_events import SesEventInvalid, parse_ses_message
+from producers.ses_events import SesEventInvalid
 from schemas.serde import AvroCodec
 from schemas.serde import codec as serde_codec
 from sinks.queries import query
@@ -132,7 +133,7 @@ def sns_copies(letter: Letter, codec: AvroCodec, topic: str, dlq_topic: str) -> 
     """The mail.events records the webhook would have produced for this SNS letter; raises
     SesEventInvalid while its notification is still not a readable SES event."""
     received_ms = int(letter.headers.get("flashsend.failed_at_ms") or 0) or int(time.time() * 1000)
-    records = parse_ses_message(
+    records = parse_event_message(
         (letter.value or b"").decode(errors="replace"),
         sns_message_id=(letter.key or b"").decode(errors="replace"),
         received_at_ms=received_ms,

@@ -125,7 +125,7 @@ def _first_values(tags: Any) -> dict[str, str]:
     return out
 
 
-def _int_tag(tags: Mapping[str, str], name: str) -> int | None:
+def int_tag(tags: Mapping[str, str], name: str) -> int | None:
     value = tags.get(name, "")
     return int(value) if value.isdigit() and len(value) < 19 else None
 
@@ -151,12 +151,26 @@ def parse_ses_message(
     message: str, *, sns_message_id: str, received_at_ms: int
 ) -> list[dict[str, Any]]:
     """Records ready for `AvroCodec("ses_event").encode`, one per recipient, in order."""
+    return parse_ses_data(
+        decode_message(message), sns_message_id=sns_message_id, received_at_ms=received_at_ms
+    )
+
+
+def decode_message(message: str) -> dict[str, Any]:
+    """The JSON object in an SNS notification's `Message`, or SesEventInvalid."""
     try:
         data = json.loads(message)
     except (ValueError, RecursionError) as exc:
         raise SesEventInvalid("not_json", str(exc)) from None
     if not isinstance(data, dict):
         raise SesEventInvalid("not_an_object")
+    return data
+
+
+def parse_ses_data(
+    data: Mapping[str, Any], *, sns_message_id: str, received_at_ms: int
+) -> list[dict[str, Any]]:
+    """`parse_ses_message` of an already decoded JSON object."""
     event_type = data.get("eventType")
     source = "event_publishing"
     if not isinstance(event_type, str):
@@ -188,8 +202,8 @@ def parse_ses_message(
         "occurred_at": occurred,
         "ses_message_id": ses_message_id,
         "sns_message_id": sns_message_id,
-        "campaign_id": _int_tag(ours, "campaign"),
-        "seq": _int_tag(ours, "seq"),
+        "campaign_id": int_tag(ours, "campaign"),
+        "seq": int_tag(ours, "seq"),
         "configuration_set": all_tags.get("ses:configuration-set"),
         "tags": ours,
         "bounce_type": _str_or_none(detail.get("bounceType")) if event_type == "Bounce" else None,

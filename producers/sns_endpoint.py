@@ -26,8 +26,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
+from producers.event_messages import parse_event_message
 from producers.event_publisher import EventPublisher, PublishFailed
-from producers.ses_events import SesEventInvalid, parse_ses_message
+from producers.ses_events import SesEventInvalid
 from producers.ses_records import out_records
 from producers.sns_verify import (
     CertificateSource,
@@ -154,7 +155,7 @@ class SnsEndpoint:
             return 200, "duplicate"
         received_ms = int(time.time() * 1000)
         try:
-            records = parse_ses_message(
+            records = parse_event_message(
                 msg.message, sns_message_id=msg.message_id, received_at_ms=received_ms
             )
         except SesEventInvalid as exc:

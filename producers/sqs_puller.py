@@ -3,8 +3,9 @@
 SES → SNS → SQS (raw message delivery) → here → mail.events → the feedback worker. Each
 message body is the SES event JSON itself (raw delivery: no SNS envelope, so no signature to
 check). What stands in for the signature: the queue's access policy lets only our SNS topic
-send to it (`flashsend aws apply` writes it), and every body must parse as an SES event of
-the shape the webhook accepts (`parse_ses_message`); anything else is poison.
+send to it (`flashsend aws apply` writes it), and every body must parse as an event the
+webhook accepts (`producers.event_messages.parse_event_message`: an SES event, an SMS event or
+reply); anything else is poison.
 
 Several pullers (asyncio tasks) each loop: ReceiveMessage (10 messages, long poll) → parse →
 publish the records (`out_records`, the webhook's own function, so the records are the
@@ -42,8 +43,9 @@ from confluent_kafka.admin import AdminClient
 
 from flashsend.settings import Settings
 from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
+from producers.event_messages import parse_event_message
 from producers.event_publisher import EventPublisher, PublishFailed
-from producers.ses_events import SCHEMA, SesEventInvalid, parse_ses_message
+from producers.ses_events import SCHEMA, SesEventInvalid
 from producers.ses_records import out_records
 from producers.sqs_client import SqsClient, SqsError, SqsMessage
 from schemas.serde import AvroCodec, registry_client
@@ -61,7 +63,7 @@ def read_message(message: SqsMessage, received_at_ms: int) -> list[dict[str, Any
     A body that is an SNS envelope means the subscription lacks RawMessageDelivery: named as
     such, since the fix is in the subscription, not in the event."""
     try:
-        return parse_ses_message(
+        return parse_event_message(
             message.body,
             sns_message_id=SQS_ID_PREFIX + message.message_id,
             received_at_ms=received_at_ms,

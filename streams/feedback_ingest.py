@@ -1,9 +1,10 @@
 """The feedback agent's batch handler: mail.events records → effects → one transaction.
 
 mail.events is shared. The `flashsend.schema` header says whose a record is:
-- `ses_event` (the SNS webhook) and `unsubscribed` (the webhook's outbox) are ours: decoded,
-  turned into effects (pure, `streams.feedback_logic`); one of ours that cannot be decoded goes
-  to the DLQ at once (a poison record must not block the partition);
+- `ses_event` (the SNS webhook: SES events, and SMS events in the same contract) and
+  `unsubscribed` (the webhook's outbox) are ours: decoded, turned into effects (pure,
+  `streams.feedback_logic`, `streams.sms_feedback`); one of ours that cannot be decoded goes to
+  the DLQ at once (a poison record must not block the partition);
 - anything else — the transactional mail service's `mail_lifecycle` events, or a schema added
   later by someone else — is not ours: skipped and counted, never dead-lettered. Its offset still
   advances with the batch.
@@ -35,13 +36,9 @@ from schemas.serde import AvroCodec, SerdeError, wait_for_writer_schemas
 from sinks.feedback_store import ApplyOutcome, FeedbackStore
 from sinks.offsets import PartitionSpan, RecordsRejected, StoreUnavailable
 from streams.backoff import backoff_delay
-from streams.feedback_logic import (
-    FeedbackEffect,
-    record_problem,
-    ses_effect,
-    unsubscribe_effect,
-)
+from streams.feedback_logic import FeedbackEffect, record_problem, unsubscribe_effect
 from streams.mail_ingest import Record
+from streams.sms_feedback import event_effect
 
 log = logging.getLogger("flashsend.feedback")
 
@@ -59,7 +56,7 @@ def header(rec: Any, name: str) -> str | None:
 
 
 EFFECTS: dict[str, Callable[[Any], FeedbackEffect]] = {
-    "ses_event": ses_effect,
+    "ses_event": event_effect,  # SES events, and SMS events in the same contract
     "unsubscribed": unsubscribe_effect,
 }
 

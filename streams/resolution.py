@@ -8,6 +8,14 @@ and every event SES publishes for the message carries them back, so an event nam
   row was sent (a bounce is the mailbox's answer to a mail that went out);
 - `Reject`, `Rendering Failure`: SES accepted the call but sent nothing, so the row failed.
 
+SMS (AWS End User Messaging SMS event destinations; the message's context carries `campaign`
+and `seq` back the same way):
+- `TEXT_DELIVERED`, `TEXT_SUCCESSFUL`: the handset or its carrier took the message, so sent;
+- `TEXT_BLOCKED`, `TEXT_CARRIER_BLOCKED`, `TEXT_INVALID`, `TEXT_INVALID_MESSAGE`, `TEXT_SPAM`,
+  `TEXT_PROTECT_BLOCKED`, `TEXT_TTL_EXPIRED`, `TEXT_UNREACHABLE`: final failures, so failed;
+- `TEXT_QUEUED`, `TEXT_PENDING` (not final yet), `TEXT_CARRIER_UNREACHABLE` (a temporary
+  carrier error) and `TEXT_UNKNOWN` (temporary or permanent, AWS cannot say) prove nothing.
+
 A row takes the event's outcome when its own outcome is not known yet:
 - `unknown` (lease expired, call timed out, answer unreadable) → reason `resolved_by_event`;
 - `sending` (the call's answer is not recorded yet; its worker may be dead, in which case the
@@ -34,8 +42,8 @@ RESOLVED_BY_EVENT = "resolved_by_event"
 EVENT_BEFORE_ANSWER = "event_before_answer"
 RESEND_UNKNOWN = "resend_unknown"
 
-# The outcome of the row an event names, by SES event type; other types (Open, Click,
-# Subscription, identity notifications) say nothing about the row.
+# The outcome of the row an event names, by SES or SMS event type; other types (Open, Click,
+# Subscription, identity notifications, SMS replies, TEXT_QUEUED …) say nothing about the row.
 OUTCOME_BY_EVENT: Mapping[str, str] = {
     "Send": SENT,
     "Delivery": SENT,
@@ -44,6 +52,16 @@ OUTCOME_BY_EVENT: Mapping[str, str] = {
     "DeliveryDelay": SENT,
     "Reject": FAILED,
     "Rendering Failure": FAILED,
+    "TEXT_DELIVERED": SENT,
+    "TEXT_SUCCESSFUL": SENT,
+    "TEXT_BLOCKED": FAILED,
+    "TEXT_CARRIER_BLOCKED": FAILED,
+    "TEXT_INVALID": FAILED,
+    "TEXT_INVALID_MESSAGE": FAILED,
+    "TEXT_SPAM": FAILED,
+    "TEXT_PROTECT_BLOCKED": FAILED,
+    "TEXT_TTL_EXPIRED": FAILED,
+    "TEXT_UNREACHABLE": FAILED,
 }
 
 # Campaign statuses whose unknown rows `resend-unknown` may queue again, and what follows.

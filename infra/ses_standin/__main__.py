@@ -69,6 +69,8 @@ async def serve(args: argparse.Namespace) -> None:
     # Event publishing: SES events as signed SNS POSTs to subscribed webhooks.
     emission = EventEmission(args.state_dir / "events", resume_backlog=args.resume_events)
     account.on_accepted.append(emission.on_accepted)
+    account.sms.on_text.append(emission.on_text_accepted)
+    account.sms.on_inbound.append(emission.on_inbound)
     sqs_sink = SqsSink.beside(emission, args.state_dir / "events")  # the same events into SQS
     account.on_accepted.append(sqs_sink.on_accepted)
     app = build_app(account)

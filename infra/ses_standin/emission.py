@@ -1,5 +1,9 @@
 """Event publishing of the stand-in: the `on_accepted` hook, SNS subscriptions, the admin API.
 
+SMS messages accepted with a configuration set publish their TEXT_* event to that set's
+subscriptions, and replies to a two-way number go to every subscription of its topic
+(`on_text_accepted`, `on_inbound`): built here, signed and delivered by the same emitter.
+
 The hook runs inside the SES request handler, so it only decides each recipient's outcome
 (a hash, ~1 µs), remembers what was injected (for tests and benchmarks) and appends to a
 buffer; a background task hands the buffer in batches to the emitter child process
@@ -51,7 +55,9 @@ from infra.ses_standin.feedback_plan import (
 )
 from infra.ses_standin.journal import Record
 from infra.ses_standin.recipients import parse_address
+from infra.ses_standin.sms import SmsRecord
 from infra.ses_standin.subscriptions import SubscriptionStore, parse_request
+from infra.ses_standin.text_events import TEXT_DELIVERED, text_event
 from producers.sns_sign import generate_signing_key
 
 log = logging.getLogger("infra.ses_standin.emission")
@@ -90,6 +96,7 @@ class EventEmission:
         self.dropped = 0
         self.planned = 0
         self._buffer: list[dict[str, Any]] = []
+        self._notes: list[dict[str, Any]] = []  # ready-made messages: SMS events and replies
         self._wake = asyncio.Event()
         self._proc: asyncio.subprocess.Process | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -131,6 +138,33 @@ class EventEmission:
         self.planned += 1
         if len(self._buffer) >= 500:
             self._wake.set()
+
+    def on_text_accepted(self, record: SmsRecord) -> None:
+        """An accepted SMS: its TEXT_DELIVERED event to the subscriptions of its configuration
+        set (none without one: SMS events leave through a configuration set's destination)."""
+        if not self._active or record.configuration_set is None:
+            return
+        subs = [
+            s.id
+            for s in self._active
+            if s.matches(record.configuration_set) and s.wants(TEXT_DELIVERED)
+        ]
+        if subs:
+            body = json.dumps(text_event(record, TEXT_DELIVERED, int(time.time() * 1000)))
+            self._note(subs, body)
+
+    def on_inbound(self, payload: dict[str, Any], topic_arn: str) -> None:
+        """A reply to a two-way number: its payload to every subscription of the topic."""
+        subs = [s.id for s in self._active if s.topic_arn == topic_arn]
+        if subs:
+            self._note(subs, json.dumps(payload))
+
+    def _note(self, subs: list[str], body: str) -> None:
+        if len(self._notes) >= MAX_BUFFER:
+            self.dropped += 1
+            return
+        self._notes.append({"subs": subs, "body": body})
+        self.planned += 1
 
     def _remember(self, campaign: str, outcome: str, value: str) -> None:
         counts = self.counts.setdefault(campaign, {})
@@ -220,15 +254,19 @@ class EventEmission:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), FLUSH_EVERY_S)
             self._wake.clear()
-            if not self._buffer:
-                continue
-            items, self._buffer = self._buffer, []
-            try:
-                await self._ensure_emitter()
-                await self._send({"op": "msgs", "items": items})
-            except (OSError, ConnectionError) as exc:  # emitter died: restarted next time
-                self.dropped += len(items)
-                log.warning("emitter_write_failed %s", exc)
+            for op, items in (("msgs", self._buffer), ("notes", self._notes)):
+                if not items:
+                    continue
+                if op == "msgs":
+                    self._buffer = []
+                else:
+                    self._notes = []
+                try:
+                    await self._ensure_emitter()
+                    await self._send({"op": op, "items": items})
+                except (OSError, ConnectionError) as exc:  # emitter died: restarted next time
+                    self.dropped += len(items)
+                    log.warning("emitter_write_failed %s", exc)
 
     async def _read_stats(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdout is not None
@@ -310,8 +348,10 @@ class EventEmission:
         return web.json_response(
             {
                 "subscriptions": [self._describe(s.id) for s in self.subscriptions.all()],
-                "buffered": len(self._buffer),
-                "pending": int(self.emitter_stats.get("pending", 0)) + len(self._buffer),
+                "buffered": len(self._buffer) + len(self._notes),
+                "pending": int(self.emitter_stats.get("pending", 0))
+                + len(self._buffer)
+                + len(self._notes),
                 "events": self.emitter_stats.get("events", 0),
                 "overflow": self.emitter_stats.get("overflow", 0),
                 "dropped": self.dropped,

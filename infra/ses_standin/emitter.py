@@ -20,6 +20,7 @@ Protocol (JSON lines; `emission.py` is the other end):
 - stdin  `{"op": "subs", "subs": [...]}`  the confirmed subscriptions (replaces the last list)
 - stdin  `{"op": "confirm", "sub": {...}, "subscribe_url": "…"}`  send a SubscriptionConfirmation
 - stdin  `{"op": "msgs", "items": [{"record", "plan", "rejected", "subs"}, …]}`  accepted mail
+- stdin  `{"op": "notes", "items": [{"subs", "body"}, …]}`  ready-made messages (SMS events)
 - stdin  `{"op": "resume", "path": "…"}`  queue a backlog file written at a previous stop
 - stdout `{"op": "stats", …}` twice a second.
 
@@ -149,6 +150,9 @@ class Emitter:
         elif kind == "msgs":
             for item in op["items"]:
                 self._plan_message(item)
+        elif kind == "notes":
+            for item in op["items"]:
+                self._publish(item["subs"], item["body"])
         elif kind == "resume":
             self.resume(Path(op["path"]))
 
@@ -186,6 +190,16 @@ class Emitter:
                 )
                 self.events += 1
                 self._enqueue(sub, fields, "Notification")
+
+    def _publish(self, sub_ids: list[str], body: str) -> None:
+        now = _now()
+        for sub in (self.subs[s] for s in sub_ids if s in self.subs):
+            unsubscribe = f"{self.base_url}/?Action=Unsubscribe&SubscriptionArn={_arn(sub)}"
+            fields = build_notification(
+                sub["topic_arn"], body, None, self.cert_url, now, unsubscribe_url=unsubscribe
+            )
+            self.events += 1
+            self._enqueue(sub, fields, "Notification")
 
     def _enqueue(self, sub: dict[str, Any], fields: dict[str, str], kind: str) -> None:
         if self.pending >= self.max_pending:

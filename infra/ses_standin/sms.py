@@ -22,15 +22,12 @@ from typing import Any
 from infra.ses_standin.faults import FaultConfig
 from infra.ses_standin.limits import TokenBucket
 from infra.ses_standin.stats import max_in_window, sort_points
+from streams.sms_feedback import opt_out_keyword
 from streams.sms_text import count_segments
 
 # What one segment costs (USD), for the spend limit: a flat price, the US rate's order.
 SEGMENT_PRICE_USD = 0.00581
 DEFAULT_OPT_OUT_LIST = "Default"
-# AWS's default opt-out keywords: a reply of one of these opts the number out.
-OPT_OUT_KEYWORDS = frozenset(
-    {"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT", "OPTOUT", "OPT-OUT", "REVOKE"}
-)
 _E164 = re.compile(r"\+[1-9][0-9]{7,14}")
 _IDENTITY = re.compile(r"[A-Za-z0-9_:/\+-]{1,256}")
 UNTAGGED = "(none)"
@@ -92,6 +89,13 @@ class SmsRecord:
     body: str
     segments: int
     context: dict[str, str]
+    configuration_set: str | None = None
+
+
+# Called once per accepted message: the seam for the configuration set's event destination.
+TextHook = Callable[[SmsRecord], None]
+# Called once per reply to a number with two-way messaging on: (payload, the number's topic).
+InboundHook = Callable[[dict[str, Any], str], None]
 
 
 class SmsAccount:
@@ -104,6 +108,9 @@ class SmsAccount:
         self.records: list[SmsRecord] = []
         self.spent_usd = 0.0
         self.throttled = 0
+        self.two_way: dict[str, str] = {}  # phone number -> its two-way channel (SNS topic ARN)
+        self.on_text: list[TextHook] = []
+        self.on_inbound: list[InboundHook] = []
 
     def send_text(self, body: dict[str, Any], now: float) -> str:
         """SendTextMessage: the MessageId, or SmsError."""
@@ -147,7 +154,20 @@ class SmsAccount:
         self.spent_usd += cost
         message_id = str(uuid.uuid4())
         ctx = {str(k): str(v) for k, v in context.items()}
-        self.records.append(SmsRecord(message_id, now, destination, identity, text, segments, ctx))
+        configuration_set = body.get("ConfigurationSetName")
+        record = SmsRecord(
+            message_id,
+            now,
+            destination,
+            identity,
+            text,
+            segments,
+            ctx,
+            configuration_set if isinstance(configuration_set, str) and configuration_set else None,
+        )
+        self.records.append(record)
+        for hook in self.on_text:
+            hook(record)
         ledger = self.ledgers.setdefault(ctx.get("campaign", UNTAGGED), CampaignLedger())
         ledger.times.append(now)
         ledger.segment_counts.append(segments)
@@ -197,22 +217,55 @@ class SmsAccount:
             answer["NextToken"] = str(start + size)
         return answer
 
+    def update_phone_number(self, body: dict[str, Any]) -> dict[str, Any]:
+        """UpdatePhoneNumber's two-way settings: replies to the number go to the SNS topic
+        `TwoWayChannelArn` while `TwoWayEnabled`. The stand-in's numbers are their own ids."""
+        number = str(body.get("PhoneNumberId") or "")
+        if _E164.fullmatch(number) is None:
+            raise SmsError("ResourceNotFoundException", 404, f"Phone number {number!r} not found.")
+        if "TwoWayEnabled" in body:
+            channel = body.get("TwoWayChannelArn") or self.two_way.get(number)
+            if body["TwoWayEnabled"]:
+                if not isinstance(channel, str) or not channel.startswith("arn:aws:sns:"):
+                    raise _invalid("TwoWayChannelArn must be an SNS topic ARN.")
+                self.two_way[number] = channel
+            else:
+                self.two_way.pop(number, None)
+        enabled = number in self.two_way
+        answer: dict[str, Any] = {
+            "PhoneNumberArn": f"arn:aws:sms-voice:us-east-1:000000000000:phone-number/{number}",
+            "PhoneNumberId": number,
+            "PhoneNumber": number,
+            "Status": "ACTIVE",
+            "TwoWayEnabled": enabled,
+            "SelfManagedOptOutsEnabled": False,
+            "OptOutListName": DEFAULT_OPT_OUT_LIST,
+        }
+        if enabled:
+            answer["TwoWayChannelArn"] = self.two_way[number]
+        return answer
+
     def inbound(self, origin: str, destination: str, text: str, now: float) -> dict[str, Any]:
-        """A recipient's reply. An opt-out keyword puts the number on the default opt-out
-        list, as the service does; the answer is the two-way messaging record SNS would
-        deliver (`messageKeyword` names the keyword that matched)."""
-        keyword = text.strip().upper()
-        opted_out = keyword in OPT_OUT_KEYWORDS
-        if opted_out:
+        """A recipient's reply. One that begins with an opt-out keyword (any case) puts the
+        number on the default opt-out list, as the service does. With two-way messaging on
+        for `destination`, the reply goes to its SNS topic as the service's payload
+        (`messageKeyword` is the opt-out keyword it matched, else empty). The answer is that
+        payload plus `optedOut` and `publishedTo` (the topic, or None)."""
+        keyword = opt_out_keyword(text)
+        if keyword is not None:
             self.opted_out[DEFAULT_OPT_OUT_LIST].setdefault(origin, now)
-        return {
+        payload = {
             "originationNumber": origin,
             "destinationNumber": destination,
-            "messageKeyword": f"KEYWORD_{keyword}" if opted_out else "",
+            "messageKeyword": keyword or "",
             "messageBody": text,
             "inboundMessageId": str(uuid.uuid4()),
-            "optedOut": opted_out,
         }
+        topic = self.two_way.get(destination)
+        if topic is not None:
+            for hook in self.on_inbound:
+                hook(payload, topic)
+        return {**payload, "optedOut": keyword is not None, "publishedTo": topic}
 
     def stats(self, campaign: str | None) -> dict[str, Any]:
         if campaign is not None:
@@ -248,6 +301,7 @@ class SmsAccount:
         self.records.clear()
         self.spent_usd = 0.0
         self.throttled = 0
+        self.two_way.clear()
 
     def _list(self, name: str) -> dict[str, float]:
         if name not in self.opted_out:

@@ -7,8 +7,14 @@ PinpointSMSVoiceV2.<Operation>`, `application/x-amz-json-1.0` bodies; errors are
 | GET  /_admin/sms/stats[?campaign=C]     | accepted, duplicates, max_1s_window (messages),    |
 |                                         | max_1s_window_segments, segments, …                |
 | GET  /_admin/sms/messages[?destination=A&campaign=C] | accepted messages                     |
-| POST /_admin/sms/inbound {"from", "to", "body"} | a reply; STOP opts the number out          |
-| POST /_admin/sms/reset                  | forget messages, opt-outs, buckets                 |
+| POST /_admin/sms/inbound {"from", "to", "body"} | a reply; STOP opts the number out; with    |
+|                                         | two-way on for `to` (UpdatePhoneNumber), published |
+|                                         | to its SNS topic                                   |
+| POST /_admin/sms/reset                  | forget messages, opt-outs, buckets, two-way        |
+
+Operations: SendTextMessage, PutOptedOutNumber, DescribeOptedOutNumbers, UpdatePhoneNumber
+(its two-way settings). Accepted messages with a ConfigurationSetName publish TEXT_* events
+to the SNS subscriptions of that configuration set (emission.py), as SES messages do.
 
 Faults (latency, p429, p_hang, sending_enabled, sms_mps, sms_monthly_spend_usd) are the
 account's (`/_admin/faults`).
@@ -80,6 +86,8 @@ class SmsApi:
                 return _answer(self.sms.put_opted_out(name, number, now))
             if operation == "DescribeOptedOutNumbers":
                 return _answer(self.sms.describe_opted_out(body))
+            if operation == "UpdatePhoneNumber":
+                return _answer(self.sms.update_phone_number(body))
             raise SmsError(
                 "ValidationException", 400, f"Unknown operation {target!r}.", "UNKNOWN_OPERATION"
             )

@@ -1,7 +1,7 @@
 """SNS topic subscriptions of the stand-in's event destinations (HTTP/S endpoints only).
 
-A subscription joins what SES and SNS keep apart: which messages publish events (the
-configuration sets whose event destination points at the topic, None = every message), which
+A subscription joins what SES and SNS keep apart: which messages publish events (the SES or
+SMS configuration sets whose event destination points at the topic, None = every message), which
 event types (`MatchingEventTypes`, None = all), the SNS topic, and the HTTP endpoint with its
 signature version. As with SNS, a new subscription is `pending` until the endpoint GETs the
 `SubscribeURL` of the signed SubscriptionConfirmation it was sent; only confirmed ones get
@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from infra.ses_standin.text_events import TEXT_EVENT_TYPES
 
 EVENT_TYPES = (
     "Send",
@@ -78,8 +80,8 @@ def parse_request(body: Mapping[str, Any]) -> dict[str, Any]:
             continue
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise ValueError(f"{key} must be a list of names or null")
-        if key == "event_types" and not set(value) <= set(EVENT_TYPES):
-            raise ValueError(f"event_types must be among {list(EVENT_TYPES)}")
+        if key == "event_types" and not set(value) <= {*EVENT_TYPES, *TEXT_EVENT_TYPES}:
+            raise ValueError(f"event_types must be among {[*EVENT_TYPES, *TEXT_EVENT_TYPES]}")
         out[key] = tuple(value)
     version = body.get("signature_version", 1)
     if version not in (1, 2):

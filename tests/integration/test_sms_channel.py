@@ -69,7 +69,7 @@ def test_standin_speaks_pinpoint_sms_voice_v2(settings: Settings) -> None:
     stopper = f"+4479{base + 40:08d}"
     text(40)
     reply = ses.sms_inbound(stopper, "Stop ")
-    assert reply["optedOut"] and reply["messageKeyword"] == "KEYWORD_STOP"
+    assert reply["optedOut"] and reply["messageKeyword"] == "STOP"
     assert stopper in set(sms.opted_out_numbers("Default"))
     with pytest.raises(SmsCallFailed) as refused:
         text(40)

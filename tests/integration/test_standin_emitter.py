@@ -175,6 +175,7 @@ def test_the_backlog_is_resumed_only_when_asked(own_standin: Settings, endpoint:
 def test_the_stacks_subscription_matches_the_configured_event_types(
     settings: Settings, endpoint: Endpoint
 ) -> None:
+    from infra.aws_plan import SMS_EVENT_TYPES
     from infra.webhook_service import subscribe_local
 
     s = settings.model_copy(
@@ -186,7 +187,10 @@ def test_the_stacks_subscription_matches_the_configured_event_types(
     sub = subscribe_local(s, endpoint=endpoint.url)
     try:
         # Subscription is configured, but the stand-in never publishes it: not asked for.
-        assert sub["event_types"] == ["Send", "Delivery", "Bounce", "Complaint", "Open"]
+        assert sub["event_types"] == [
+            *("Send", "Delivery", "Bounce", "Complaint", "Open"),
+            *SMS_EVENT_TYPES,
+        ]
     finally:
         assert s.ses_endpoint_url
         SesEventsAdmin(s.ses_endpoint_url).unsubscribe(sub["id"])

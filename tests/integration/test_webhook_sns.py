@@ -179,3 +179,30 @@ def test_unreadable_event_from_our_topic_is_dead_lettered(webhook: WebhookThread
     [letter] = read_all(s, s.topic_dlq, expect=1)
     assert header(letter, "flashsend.reason") == "not_json"
     assert total_records(s, s.topic_mail_events) == 0
+
+
+def test_sms_reply_is_published_keyed_by_number_and_a_bad_sms_event_dead_lettered(
+    webhook: WebhookThread,
+) -> None:
+    s = webhook.settings
+    reply = {
+        "originationNumber": "+1 425 555 0182",
+        "destinationNumber": "+12125550101",
+        "messageKeyword": "STOP",
+        "messageBody": "Stop",
+        "inboundMessageId": "cae173d2-66b9-564c-8309-21f858e9fb84",
+    }
+    answer = post(webhook, sign_message(fixture_fields(Message=json.dumps(reply)), KEY, 2))
+    assert (answer.status, answer.body) == (200, "ok")
+    [msg] = read_all(s, s.topic_mail_events, expect=1)
+    assert msg.key() == b"+14255550182"
+    record = codec(s, "ses_event").decode(msg.value())
+    assert (record["event_type"], record["source"]) == ("SmsInbound", "sms_two_way")
+    assert record["ses_message_id"] == reply["inboundMessageId"]
+
+    event = {"eventType": "TEXT_DELIVERED", "destinationPhoneNumber": "+14255550156"}
+    answer = post(webhook, sign_message(fixture_fields(Message=json.dumps(event)), KEY, 2))
+    assert (answer.status, answer.body) == (200, "dead-lettered")
+    [letter] = read_all(s, s.topic_dlq, expect=1)
+    assert header(letter, "flashsend.reason") == "no_message_id"
+    assert total_records(s, s.topic_mail_events) == 1

@@ -370,3 +370,87 @@ def test_in_aws_the_queue_policy_and_retention_are_created_and_enforced() -> Non
     no_policy = {k: v for k, v in attributes.items() if k != "Policy"}
     p = plan(d, replace(current, queues={**current.queues, "events": (url, no_policy)}))
     assert [set(a.params["Attributes"]) for a in p.actions] == [{"Policy"}]
+
+
+SMS_SET = "marketing-sms"
+NUMBER = {
+    "PhoneNumberId": "phone-0f0f",
+    "PhoneNumber": "+12065550100",
+    "TwoWayEnabled": True,
+    "TwoWayChannelArn": "arn:aws:sns:eu-west-1:123456789012:other",
+}
+
+
+def test_sms_set_up_adds_its_event_destination_two_way_and_the_topic_permission() -> None:
+    d = desired(options(sms_configuration_set=SMS_SET, sms_number="+12065550100"), "webhook")
+    statements = {s["Sid"]: s for s in json.loads(d.topic_attributes["Policy"])["Statement"]}
+    sms = statements["SmsEventsAndReplies"]
+    assert sms["Principal"] == {"Service": "sms-voice.amazonaws.com"}
+    assert sms["Condition"]["StringEquals"] == {"AWS:SourceAccount": "123456789012"}
+    p = plan(d, replace(nothing(), sms_phone_number=NUMBER))
+    sms_actions = [a for a in p.actions if a.service == "sms"]
+    assert [a.operation for a in sms_actions] == [
+        "create_configuration_set",
+        "create_event_destination",
+        "update_phone_number",
+    ]
+    destination = sms_actions[1].params
+    assert destination["SnsDestination"] == {"TopicArn": TOPIC}
+    assert {"TEXT_DELIVERED", "TEXT_SUCCESSFUL", "TEXT_BLOCKED"} <= set(
+        destination["MatchingEventTypes"]
+    )
+    assert not {"TEXT_QUEUED", "TEXT_PENDING", "TEXT_UNKNOWN"} & set(
+        destination["MatchingEventTypes"]
+    )
+    assert sms_actions[2].params == {
+        "PhoneNumberId": "phone-0f0f",
+        "TwoWayEnabled": True,
+        "TwoWayChannelArn": TOPIC,
+    }
+    # What AWS answers once it is in place: nothing more to do.
+    done = replace(
+        as_aws_answers(d),
+        sms_destinations={
+            d.destination: {
+                "EventDestinationName": d.destination,
+                "Enabled": True,
+                "MatchingEventTypes": list(reversed(destination["MatchingEventTypes"])),
+                "SnsDestination": {"TopicArn": TOPIC},
+            }
+        },
+        sms_phone_number={**NUMBER, "TwoWayEnabled": True, "TwoWayChannelArn": TOPIC},
+    )
+    again = plan(d, done)
+    assert again.actions == ()
+    assert any("two-way SMS of +12065550100" in ok for ok in again.up_to_date)
+
+
+def test_sms_destination_to_another_topic_is_updated_and_a_pool_gets_a_note() -> None:
+    d = desired(options(sms_configuration_set=SMS_SET, sms_number="pool-1"), "sqs")
+    wrong = {
+        d.destination: {
+            "EventDestinationName": d.destination,
+            "Enabled": True,
+            "MatchingEventTypes": ["TEXT_ALL"],
+            "SnsDestination": {"TopicArn": TOPIC + "-old"},
+        }
+    }
+    p = plan(d, replace(nothing(), sms_destinations=wrong, sms_phone_number=None))
+    assert [a.operation for a in p.actions if a.service == "sms"] == ["update_event_destination"]
+    assert any("pool-1 is not a phone number of this account" in n for n in p.notes)
+
+
+def test_without_an_sms_configuration_set_nothing_of_sms_is_planned() -> None:
+    d = desired(options(), "sqs")
+    statements = {s["Sid"] for s in json.loads(d.topic_attributes["Policy"])["Statement"]}
+    assert "SmsEventsAndReplies" not in statements
+    assert not [a for a in plan(d, nothing()).actions if a.service == "sms"]
+
+
+def test_locally_the_sms_set_up_is_the_stacks_own() -> None:
+    local = options(
+        topic_arn="arn:aws:sns:eu-west-1:000000000000:t", local=True, sms_configuration_set=SMS_SET
+    )
+    p = plan(desired(local, "sqs"), nothing())
+    assert not [a for a in p.actions if a.service == "sms"]
+    assert any(n.startswith("SMS: locally `flashsend up`") for n in p.notes)
