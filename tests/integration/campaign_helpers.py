@@ -186,3 +186,21 @@ def sending_campaign(settings: Settings, users: int = 400) -> int:
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         snapshot(conn, cid, settings.audience_condition)
     return cid
+
+
+def sql(settings: Settings, text: str, *args: Any) -> list[tuple[Any, ...]]:
+    """Run one statement; its rows (none for a statement without a result)."""
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        cur = conn.execute(text, args)
+        return cur.fetchall() if cur.description else []
+
+
+def recipient_rows(settings: Settings, cid: int) -> dict[int, tuple[Any, ...]]:
+    """seq → (status, reason, message_id, address) of the campaign's rows."""
+    found = sql(
+        settings,
+        "SELECT seq, status, reason, message_id, email FROM campaign_recipients "
+        "WHERE campaign_id = %s",
+        cid,
+    )
+    return {int(r[0]): tuple(r[1:]) for r in found}

@@ -8,9 +8,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-import psycopg
 import pytest
 
 from flashsend.cli.entry import main
@@ -20,7 +18,8 @@ from flashsend.settings import Settings, settings_env
 from infra.ses_standin.events_admin import SesEventsAdmin
 from producers.campaign import start_campaign
 from producers.campaign_ops import create_campaign
-from tests.integration.campaign_helpers import put_template, statuses, wait_finished
+from tests.integration.campaign_helpers import put_template, sql, statuses, wait_finished
+from tests.integration.campaign_helpers import recipient_rows as rows
 from tests.integration.ops_helpers import audit_rows, cli, last_json
 
 USERS = 60
@@ -45,23 +44,6 @@ def loop(settings: Settings, tmp_path: Path) -> Iterator[tuple[Settings, SesEven
     finally:
         events.unsubscribe(sub["id"])
         webhook.stop()
-
-
-def sql(settings: Settings, text: str, *args: Any) -> list[tuple[Any, ...]]:
-    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
-        cur = conn.execute(text, args)
-        return cur.fetchall() if cur.description else []
-
-
-def rows(settings: Settings, cid: int) -> dict[int, tuple[Any, ...]]:
-    """seq → (status, reason, message_id, email)."""
-    found = sql(
-        settings,
-        "SELECT seq, status, reason, message_id, email FROM campaign_recipients "
-        "WHERE campaign_id = %s",
-        cid,
-    )
-    return {int(r[0]): tuple(r[1:]) for r in found}
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:

@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from flashsend.lab.demo import SMS_BODY
@@ -23,7 +22,8 @@ from infra.ses_standin.events_admin import SesEventsAdmin
 from producers.campaign import start_campaign
 from producers.campaign_ops import create_campaign
 from sinks.sms import make_sms_client
-from tests.integration.campaign_helpers import statuses, wait_finished
+from tests.integration.campaign_helpers import recipient_rows as rows
+from tests.integration.campaign_helpers import sql, statuses, wait_finished
 
 USERS = 40
 IN_DOUBT = list(range(1, 11))  # accepted by the provider; the answers were lost
@@ -50,23 +50,6 @@ def loop(settings: Settings, tmp_path: Path) -> Iterator[tuple[Settings, SesEven
         sms.update_phone_number(PhoneNumberId=number, TwoWayEnabled=False)
         events.unsubscribe(sub["id"])
         webhook.stop()
-
-
-def sql(settings: Settings, text: str, *args: Any) -> list[tuple[Any, ...]]:
-    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
-        cur = conn.execute(text, args)
-        return cur.fetchall() if cur.description else []
-
-
-def rows(settings: Settings, cid: int) -> dict[int, tuple[Any, ...]]:
-    """seq → (status, reason, message_id, number)."""
-    found = sql(
-        settings,
-        "SELECT seq, status, reason, message_id, email FROM campaign_recipients "
-        "WHERE campaign_id = %s ORDER BY seq",
-        cid,
-    )
-    return {int(r[0]): tuple(r[1:]) for r in found}
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float) -> float:
