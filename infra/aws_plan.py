@@ -500,21 +500,30 @@ def plan(d: Desired, c: Current) -> Plan:
     return Plan(tuple(actions), tuple(ok), tuple(notes))
 
 
+def _configuration_set_if_missing(
+    service: str, name: str, destinations: dict[str, dict[str, Any]] | None
+) -> list[Action]:
+    """The action creating configuration set `name` of `service` when it does not exist
+    (`destinations` None), else none."""
+    if destinations is not None:
+        return []
+    label = "SMS" if service == "sms" else "SES"
+    return [
+        Action(
+            service,
+            "create_configuration_set",
+            {"ConfigurationSetName": name},
+            f"create {label} configuration set {name}",
+        )
+    ]
+
+
 def _sms_configuration_set(
     d: Desired, destinations: dict[str, dict[str, Any]] | None, ok: list[str], notes: list[str]
 ) -> list[Action]:
     name = d.sms_configuration_set
-    actions: list[Action] = []
-    if destinations is None:
-        actions.append(
-            Action(
-                "sms",
-                "create_configuration_set",
-                {"ConfigurationSetName": name},
-                f"create SMS configuration set {name}",
-            )
-        )
-        destinations = {}
+    actions = _configuration_set_if_missing("sms", name, destinations)
+    destinations = destinations or {}
     have = destinations.get(d.destination)
     what = f"event destination {d.destination} of SMS configuration set {name}"
     if have is None:
@@ -717,17 +726,8 @@ def _configuration_set(
         "MatchingEventTypes": list(d.event_types),
         "SnsDestination": {"TopicArn": d.topic_arn},
     }
-    actions: list[Action] = []
-    if destinations is None:
-        actions.append(
-            Action(
-                "ses",
-                "create_configuration_set",
-                {"ConfigurationSetName": name},
-                f"create SES configuration set {name}",
-            )
-        )
-        destinations = {}
+    actions = _configuration_set_if_missing("ses", name, destinations)
+    destinations = destinations or {}
     have = destinations.get(d.destination)
     params = {
         "ConfigurationSetName": name,

@@ -424,10 +424,12 @@ class Lane:
             pacer, aimd = self._pacer(cid, s.campaigns.rate_now(campaign))
             # None: every row costs one unit of the rate (email; SMS limited in messages).
             cost = s.row_cost(campaign)
-            if cost is None:
+            # Each row's cost is rendered once per attempt: admission and the count share it.
+            costs = None if cost is None else {r.seq: cost(r) for r in rows}
+            if costs is None:
                 admitted, wait = pacer.admit(len(rows), time.monotonic())
             else:
-                admitted, wait = pacer.admit_costs([cost(r) for r in rows], time.monotonic())
+                admitted, wait = pacer.admit_costs([costs[r.seq] for r in rows], time.monotonic())
             if not admitted:
                 metrics.add_throttle_wait("campaign", wait)
                 await asyncio.sleep(wait)
@@ -449,7 +451,7 @@ class Lane:
                     # before this instant, and the window has only gained room since (this lane
                     # has no other call), so the bound holds without paying for the database
                     # round trip in the window.
-                    counted = len(batch) if cost is None else sum(map(cost, batch))
+                    counted = len(batch) if costs is None else sum(costs[r.seq] for r in batch)
                     if counted:  # rows costing nothing are skipped without a request
                         pacer.started(counted, time.monotonic())
                     outcome = await s.call_ses(campaign, batch)
