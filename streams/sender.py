@@ -263,8 +263,12 @@ class Lane:
         self.resume()
 
     def suspend(self) -> None:
-        """A rebalance began: start no call until the assignment says whether we keep it."""
-        self._resumed.clear()
+        """A rebalance began: start no call until the assignment says whether we keep it. A
+        revoked lane starts none anyway; suspended, it would hold the rows of the call it
+        has in hand until the partition came back, since an assignment without the
+        partition revokes only lanes not revoked yet."""
+        if not self.revoked:
+            self._resumed.clear()
 
     def resume(self) -> None:
         self._resumed.set()

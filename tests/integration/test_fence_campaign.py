@@ -23,7 +23,7 @@ from producers.campaign import snapshot, start_campaign
 from producers.campaign_ops import create_campaign
 from sinks.users import seed_users
 from streams.app import Runtime
-from streams.sender import CampaignSender
+from streams.sender import LINGER_S, CampaignSender
 from tests.integration.campaign_helpers import (
     new_campaign,
     put_template,
@@ -191,6 +191,53 @@ def test_a_zombie_neither_claims_nor_moves_the_offset(settings: Settings, where:
     assert stats(settings, cid)["duplicates"] == 0
 
 
+def test_a_lane_stopped_by_a_newer_owner_releases_its_call_through_the_rebalance(
+    settings: Settings,
+) -> None:
+    """Z's lane holds a call waiting for its window (1/s a partition) when a claim finds the
+    partition owned by O (a newer epoch): the lane stops. The group's rebalance then begins
+    (the lanes of revoked partitions are suspended) and ends without the partition. The call's
+    rows go back to pending within seconds, for O to send, instead of staying 'sending' in
+    a suspended lane until their claim's lease runs out (120 s)."""
+    seed_users(settings.pg_dsn, 80)
+    put_template(settings)
+    cid = new_campaign(settings, rate=12)  # 1/s on each of the 12 partitions
+    rows = _pending_rows(settings, cid)[:24]
+    assert len(rows) == 24
+    seqs = [seq for seq, _ in rows]
+    records = doorbells(settings, cid, rows, first_offset=0)
+
+    async def scenario() -> tuple[dict[str, int], dict[str, int]]:
+        zombie, owner = Runtime(settings), Runtime(settings)
+        try:
+            z = await _worker(zombie)
+            await z.handle(records[:20])
+            assert await _until(lambda: z.lanes.get(0) is not None and z.lanes[0].backlog > 0, 10)
+            await asyncio.sleep(LINGER_S + 0.1)  # the lane took its call: it waits for room
+            o = await owner.ensure_started()
+            assert owner.store is not None
+            await take(owner.store, [0])
+            await z.handle(records[20:])  # the claim finds the newer epoch: Z's lane stops
+            assert await _until(lambda: z.stats["overtaken"] == 1, 10), dict(z.stats)
+            await z.suspend({0})  # the group's rebalance begins ...
+            await z.reassign(set())  # ... and ends without partition 0
+            await _until(lambda: "sending" not in _status_of(settings, cid, seqs[:20]), 5)
+            first = _status_of(settings, cid, seqs[:20])
+            await o.reassign({0})
+            await o.handle(records[20:])
+            assert await _until(_all_sent(settings, cid, seqs[20:]), 30)
+            return dict(z.stats), first
+        finally:
+            await zombie.stop()
+            await owner.stop()
+
+    zombie_stats, first = asyncio.run(scenario())
+    # At 1/s, Z may have sent one row before it was overtaken; none is left in its lane.
+    assert set(first) <= {"pending", "sent"} and first.get("sent", 0) <= 1, first
+    assert zombie_stats["claimed"] == 20, zombie_stats
+    assert stats(settings, cid)["duplicates"] == 0
+
+
 @pytest.mark.parametrize("mode", ["after", "before", "half_open"])
 def test_a_lost_commit_answer_is_resolved_not_guessed(settings: Settings, mode: str) -> None:
     """The connection breaks while the claim's COMMIT is in flight (a proxy between the
@@ -270,7 +317,8 @@ def test_a_thawed_zombie_worker_stops_its_lanes_and_nothing_is_lost(settings: Se
     """Two worker processes; one is frozen (SIGSTOP) past its session while it holds claimed
     rows and unclaimed doorbells, the other is given all partitions (new epochs), then the
     frozen one thaws (SIGCONT). Its claims are refused, its lanes stop and release their
-    rows, the group catches up; the campaign ends with every row sent once, none unknown."""
+    rows, the group catches up; the campaign ends with every row sent once, none unknown,
+    and soon: no row waits for its claim's lease."""
     seed_users(settings.pg_dsn, 4_000)
     put_template(settings)
     cid = new_campaign(settings, rate=240)  # 20/s a partition: lanes full, doorbells queued
@@ -296,7 +344,8 @@ def test_a_thawed_zombie_worker_stops_its_lanes_and_nothing_is_lost(settings: Se
             time.sleep(1.0)
         finally:
             os.kill(zombie.pid, signal.SIGCONT)
-        wait_finished(settings, cid, pool, timeout=120)
+        # Well within the claim lease (120 s): no row waits for its lease to run out.
+        wait_finished(settings, cid, pool, timeout=60)
     finally:
         pool.stop()
     left = statuses(settings, cid)
