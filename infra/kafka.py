@@ -73,6 +73,12 @@ def ensure_jars(settings: Settings) -> Path:
     return copy_dependencies(POM, libs_dir(settings), "Kafka")
 
 
+def dedupe_buffer_bytes(heap_mb: int) -> int:
+    """The log cleaner's dedupe buffer for a node with `heap_mb` of heap: an eighth of it,
+    at least 16 MiB (pure)."""
+    return max(16, heap_mb // 8) * 1024 * 1024
+
+
 class KafkaBroker:
     """One node of the local cluster (node 0 keeps the single-node layout: `kafka/`)."""
 
@@ -119,6 +125,10 @@ class KafkaBroker:
             "log.retention.hours": "168",
             "num.network.threads": "2",
             "num.io.threads": "4",
+            # The log cleaner allocates this buffer at start (default 128 MiB): in a small heap
+            # (the test clusters' 256 MiB) the allocation can fail and the node exits with
+            # OutOfMemoryError. An eighth of the heap cleans the few compacted topics here.
+            "log.cleaner.dedupe.buffer.size": str(dedupe_buffer_bytes(s.kafka_heap_mb)),
         }
         self.home.mkdir(parents=True, exist_ok=True)
         path = self.home / "server.properties"

@@ -6,13 +6,16 @@ import asyncio
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import psycopg
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from flashsend.settings import Settings
+from flashsend.settings import Settings, load_settings
+from infra.kafka import KafkaCluster
 from infra.migrate import apply_migrations
+from infra.process import free_port
 from tests.conftest import LocalStack
 
 
@@ -145,3 +148,23 @@ def test_port_taken_gives_one_line(stack: LocalStack) -> None:
     assert out.returncode == 2
     last = out.stderr.strip().splitlines()
     assert len(last) == 1 and "FLASHSEND_PG_PORT" in last[0], out.stderr
+
+
+def test_a_broker_in_a_small_heap_starts_and_serves(tmp_path: Path) -> None:
+    """The log cleaner's buffer follows the heap: a node given 128 MiB starts and creates a
+    topic. Kafka's default buffer (128 MiB, allocated at start) cannot fit such a heap: the
+    node exits with OutOfMemoryError, as a 256-MiB node of the test clusters does now and
+    then."""
+    settings = load_settings(
+        state_dir=tmp_path,
+        kafka_port=free_port(),
+        kafka_controller_port=free_port(),
+        kafka_heap_mb=128,
+        local_services=("kafka",),
+    )
+    kafka = KafkaCluster(settings)
+    try:
+        kafka.start(timeout=60)
+        _create_topic(settings, f"small-heap-{uuid.uuid4().hex[:8]}")
+    finally:
+        kafka.stop()
