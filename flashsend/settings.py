@@ -180,6 +180,9 @@ class Settings(BaseSettings):
     feedback_bounce_threshold: float = 0.05  # … or hard bounces/sent exceeds this …
     feedback_min_sample: int = 10_000  # … once this many messages were sent
     feedback_dedupe_retention_s: float = 8 * 86400.0  # > mail.events retention (replays)
+    # Campaign lanes start no call while the feedback agent's oldest unapplied event has waited
+    # longer than this (s), and go on once it is back under half of it; 0: never hold.
+    feedback_max_lag_s: float = 3.0
     webhook_publish_timeout_s: float = 10.0  # broker ack wait before answering SNS 503
     # SES event types the configuration sets' event destinations publish: what the feedback
     # agent and reconcile use. Add "Open" and "Click" for engagement (A/B winners need them).
@@ -217,6 +220,11 @@ class Settings(BaseSettings):
             raise ValueError(f"FLASHSEND_KAFKA_BROKERS must be >= 1, got {self.kafka_brokers}")
         if not 1 <= self.sms_call_size <= 50:
             raise ValueError(f"FLASHSEND_SMS_CALL_SIZE must be 1..50, got {self.sms_call_size}")
+        if self.feedback_max_lag_s < 0:
+            raise ValueError(
+                f"FLASHSEND_FEEDBACK_MAX_LAG_S must be >= 0 (0: never hold), "
+                f"got {self.feedback_max_lag_s}"
+            )
         if not self.kafka_bootstrap:
             nodes = [self.kafka_node_ports(i)[0] for i in range(self.kafka_brokers)]
             bootstrap = ",".join(f"127.0.0.1:{port}" for port in nodes)

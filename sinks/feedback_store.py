@@ -15,7 +15,7 @@ answer recorded) that the events prove sent or failed: sinks.resolution_store.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -118,6 +118,23 @@ class FeedbackStore:
             if await cur.fetchone() is not None:
                 paused.append((campaign_id, reason))
         return ApplyOutcome(fresh, suppressed, paused, over)
+
+    async def report_progress(self, waiting: Mapping[int, float | None]) -> None:
+        """The agent's lag report: per partition, since when (epoch seconds) its oldest event
+        not yet applied has waited, None when none waits (streams.feedback_lag)."""
+        partitions = sorted(waiting)
+        try:
+            async with self._pool.connection() as conn:
+                await conn.execute(
+                    query("report_feedback_progress"),
+                    {
+                        "topic": self.topic,
+                        "partitions": partitions,
+                        "waiting": [waiting[p] for p in partitions],
+                    },
+                )
+        except psycopg.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc
 
     async def purge_seen(self, horizon: datetime, limit: int = 10_000) -> int:
         """Delete dedupe ids older than `horizon`, in batches; returns how many."""

@@ -351,6 +351,17 @@ class RecipientStore:
         except psycopg.Error as exc:
             raise StoreUnavailable(str(exc)) from exc
 
+    async def feedback_lag(self, fresh_s: float) -> float | None:
+        """Seconds the feedback agent's oldest unapplied event has waited, from its reports
+        younger than `fresh_s`; 0 when none is behind, None when none reports."""
+        try:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(query("feedback_lag"), {"fresh_s": fresh_s})
+                row = await cur.fetchone()
+        except psycopg.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc
+        return None if row is None or row[0] is None else float(row[0])
+
     async def pause_campaign(self, campaign_id: int, reason: str) -> bool:
         try:
             async with self._pool.connection() as conn:

@@ -91,7 +91,7 @@ class Runtime:
             await pool.open(wait=True, timeout=60)
             self.pool = pool
             self.store = RecipientStore(pool, group_id=s.group_sender, topic=s.topic_recipients)
-            self.campaigns = CampaignCache(self.store)
+            self.campaigns = CampaignCache(self.store, max_feedback_lag_s=s.feedback_max_lag_s)
             await self.campaigns.refresh()
             self.campaigns.start()
             self.sender = CampaignSender(

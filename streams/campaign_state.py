@@ -15,6 +15,7 @@ import time
 import psycopg
 
 from sinks.recipient_store import LiveCampaign, RecipientStore, StoreUnavailable
+from streams.feedback_lag import REPORT_FRESH_S, FeedbackGate
 from streams.ramp import RampStep, effective_rate, ramp_from_rows, sending_elapsed
 
 log = logging.getLogger("flashsend.campaigns")
@@ -25,9 +26,17 @@ POLL_INTERVAL_S = 0.25
 
 
 class CampaignCache:
-    def __init__(self, store: RecipientStore, interval: float = POLL_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        store: RecipientStore,
+        interval: float = POLL_INTERVAL_S,
+        *,
+        max_feedback_lag_s: float = 0.0,
+    ) -> None:
         self._store = store
         self._interval = interval
+        # Closed while the feedback agent is too far behind: lanes start no call.
+        self.feedback = FeedbackGate(max_feedback_lag_s)
         self._campaigns: dict[int, LiveCampaign] = {}
         self._ramps: dict[int, tuple[RampStep, ...]] = {}
         self.refreshed_at = 0.0
@@ -59,9 +68,31 @@ class CampaignCache:
 
     async def refresh(self) -> None:
         campaigns = await self._store.live_campaigns()
+        if self.feedback.max_lag_s > 0:
+            # Nothing to hold while nothing sends: the lag is read only then.
+            sending = any(c.status == "sending" for c in campaigns)
+            lag = await self._store.feedback_lag(REPORT_FRESH_S) if sending else None
+            self._update_feedback(lag)
         self._ramps = {c.id: ramp_from_rows(c.ramp) for c in campaigns if c.ramp}
         self._campaigns = {c.id: c for c in campaigns}
         self.refreshed_at = time.monotonic()
+
+    def _update_feedback(self, lag_s: float | None) -> None:
+        gate = self.feedback
+        was = gate.closed
+        if gate.update(lag_s) and not was:
+            log.warning(
+                "the feedback agent is %.1f s behind: campaign calls wait until it is within "
+                "%.1f s (feedback_max_lag_s %.1f)",
+                lag_s,
+                gate.max_lag_s / 2,
+                gate.max_lag_s,
+            )
+        elif was and not gate.closed:
+            if lag_s is None:
+                log.warning("no fresh report from the feedback agent: campaign calls go on")
+            else:
+                log.warning("the feedback agent is %.1f s behind now: campaign calls go on", lag_s)
 
     def start(self) -> None:
         if self._task is None:

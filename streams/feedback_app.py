@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import faust
+from faust.types import TP
 from psycopg_pool import AsyncConnectionPool
 
 from flashsend import deliverability, health, metrics_state
@@ -28,9 +29,10 @@ from producers.dlq import DeadLetterProducer
 from producers.mail_topics import ensure_mail_topics
 from schemas import serde
 from sinks.feedback_store import FeedbackStore
-from sinks.offsets import Assignment
+from sinks.offsets import Assignment, StoreUnavailable
 from streams import faust_offsets
 from streams.feedback_ingest import FeedbackIngest
+from streams.feedback_lag import REPORT_EVERY_S
 
 log = logging.getLogger("flashsend.feedback.app")
 
@@ -88,6 +90,20 @@ class FeedbackRuntime:
             return {}
         return await faust_offsets.take_waiting(self.store.offsets, assignment)
 
+    async def report_lag(self, consumer: Any) -> None:
+        """The lag report campaign workers hold their calls on (streams.feedback_lag)."""
+        if self.store is None or self.ingest is None:
+            return
+        progress = self.ingest.progress
+        ends = {p: _highwater(consumer, self.store.topic, p) for p in progress.partitions()}
+        report = progress.report(ends, time.time())
+        if not report:
+            return
+        try:
+            await self.store.report_progress(report)
+        except StoreUnavailable as exc:  # the next report, half a second later, says the same
+            log.debug("feedback lag report failed: %s", exc)
+
     async def _purge_loop(self) -> None:
         while True:
             try:
@@ -107,6 +123,15 @@ class FeedbackRuntime:
                 await self._purge_task
         if self.pool is not None:
             await self.pool.close()
+
+
+def _highwater(consumer: Any, topic: str, partition: int) -> int | None:
+    """The partition's end offset as of the consumer's last fetch; None when unknown here."""
+    try:
+        end = consumer.highwater(TP(topic, partition))
+    except Exception:  # not assigned here (any more), or the consumer not started yet
+        return None
+    return None if end is None else int(end)
 
 
 class FeedbackApp(faust.App):  # type: ignore[misc,unused-ignore]
@@ -147,6 +172,10 @@ def create_feedback_app(settings: Settings) -> FeedbackApp:
             app, stream, ingest.handle, "feedback", take_max=TAKE_MAX, within=TAKE_WITHIN_S
         ):
             yield None
+
+    @app.timer(REPORT_EVERY_S)  # type: ignore[untyped-decorator]
+    async def report_lag() -> None:
+        await runtime.report_lag(app.consumer)
 
     @app.on_before_shutdown.connect  # type: ignore[misc,arg-type,unused-ignore]
     async def _stop_runtime(app: faust.App, **kwargs: Any) -> None:

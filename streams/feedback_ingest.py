@@ -36,6 +36,7 @@ from schemas.serde import AvroCodec, SerdeError, wait_for_writer_schemas
 from sinks.feedback_store import ApplyOutcome, FeedbackStore
 from sinks.offsets import PartitionSpan, RecordsRejected, StoreUnavailable
 from streams.backoff import backoff_delay
+from streams.feedback_lag import ProgressTracker
 from streams.feedback_logic import FeedbackEffect, record_problem, unsubscribe_effect
 from streams.mail_ingest import Record
 from streams.sms_feedback import event_effect
@@ -99,6 +100,7 @@ class FeedbackIngest:
         self.retry_cap_s = retry_cap_s
         self.rng = rng or random.Random()
         self.stats: Counter[str] = Counter()
+        self.progress = ProgressTracker()  # what the lag reports are made of
 
     def parse(self, rec: Record) -> FeedbackEffect | DeadLetter | None:
         """The record's effect; a DeadLetter for our own unreadable ones; None: not ours."""
@@ -123,8 +125,11 @@ class FeedbackIngest:
         spans: dict[int, PartitionSpan] = {}
         effects: dict[int, list[tuple[int, FeedbackEffect]]] = {}
         dead: list[DeadLetter] = []
+        stamps: dict[int, float | None] = {}  # partition -> its newest record's timestamp
         for rec in records:
             span = spans.get(rec.partition)
+            if span is None or rec.offset > span.last_offset:
+                stamps[rec.partition] = getattr(rec, "timestamp", None)
             spans[rec.partition] = PartitionSpan(
                 rec.partition,
                 rec.offset if span is None else min(span.first_offset, rec.offset),
@@ -150,6 +155,11 @@ class FeedbackIngest:
         except RecordsRejected as exc:
             log.warning("PostgreSQL refused the batch (%s); applying it record by record", exc)
             outcome = await self._one_by_one(records, effects)
+        for span in spans.values():
+            if span.partition in outcome.stale:
+                self.progress.forget(span.partition)
+            else:
+                self.progress.applied(span.partition, span.last_offset, stamps[span.partition])
         self._account(outcome)
         metrics.count_feedback_effects(
             (e.campaign_id, e.counter) for batch in effects.values() for _, e in batch

@@ -78,6 +78,8 @@ log = logging.getLogger("flashsend.sender")
 MAX_ENTRIES = 50
 # The window SES's MaxSendRate is counted over: each lane keeps its share in any such window.
 WINDOW_S = 1.0
+# A lane held by a lagging feedback agent looks again this often (the gate is polled 4x/s).
+FEEDBACK_WAIT_S = 0.1
 # How long a revocation waits for the answers of calls in flight (bounded: it holds up the
 # rebalance of the whole group).
 SETTLE_S = 2.0
@@ -425,6 +427,12 @@ class Lane:
             if campaign is None or campaign.status != "sending" or not s.campaigns.is_fresh():
                 await s.release(cid, rows, campaign.status if campaign else "gone")
                 return
+            if s.campaigns.feedback.closed:
+                # The feedback agent is behind: a complaint spike would be seen too late.
+                metrics.add_throttle_wait("feedback", FEEDBACK_WAIT_S)
+                s.stats["feedback_waits"] += 1
+                await asyncio.sleep(FEEDBACK_WAIT_S)
+                continue  # everything is checked again: paused, revoked, rate changed
             pacer, aimd = self._pacer(cid, s.campaigns.rate_now(campaign))
             # None: every row costs one unit of the rate (email; SMS limited in messages).
             cost = s.row_cost(campaign)
@@ -587,6 +595,7 @@ class CampaignSender:
             "unknown": 0,
             "refused_calls": 0,  # calls SES refused whole, then split (streams.call_split)
             "registry_retries": 0,  # schema registry lookups retried (it did not answer)
+            "feedback_waits": 0,  # a lane's waits while the feedback agent was behind
         }
 
     # ---- the agent side -------------------------------------------------------------------

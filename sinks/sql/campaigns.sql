@@ -125,3 +125,12 @@ SELECT floor(extract(epoch FROM sent_at - first.t) / %(bucket_s)s)::int AS bucke
        (SELECT min(sent_at) AS t FROM campaign_recipients WHERE campaign_id = %(id)s) AS first
  WHERE campaign_id = %(id)s AND status = 'sent'
  GROUP BY 1 ORDER BY 1;
+
+-- name: feedback_lag
+-- Seconds the feedback agent's oldest unapplied event has waited, from the reports younger
+-- than %(fresh_s)s: 0 when none is behind, NULL when no agent reports. Polled with
+-- live_campaigns; a handful of rows (streams/feedback_lag.py).
+SELECT CASE WHEN count(*) > 0
+            THEN coalesce(extract(epoch FROM now() - min(waiting_since))::float8, 0) END
+  FROM feedback_progress
+ WHERE reported_at > now() - make_interval(secs => %(fresh_s)s);

@@ -168,3 +168,12 @@ SELECT (SELECT count(*) FROM changed) AS changed,
 -- SMS campaigns send through another provider: they take nothing of SES's rate.
 SELECT coalesce(sum(rate_limit), 0) FROM campaigns
  WHERE id <> %(id)s AND status IN ('snapshotting', 'sending', 'paused') AND channel = 'email';
+
+-- name: report_feedback_progress
+-- The agent's lag report (streams/feedback_lag.py): per partition of mail.events it owns,
+-- since when (epoch seconds) its oldest event not yet applied has waited; NULL: none waits.
+INSERT INTO feedback_progress AS f (topic, partition, waiting_since, reported_at)
+SELECT %(topic)s, r.p, to_timestamp(r.w), now()
+  FROM unnest(%(partitions)s::int[], %(waiting)s::float8[]) AS r(p, w)
+ON CONFLICT (topic, partition) DO UPDATE
+   SET waiting_since = excluded.waiting_since, reported_at = excluded.reported_at;
