@@ -29,7 +29,7 @@ from flashsend.errors import UsageError
 from flashsend.lab.bench_campaign import run_campaign
 from flashsend.lab.bench_figures import DEFAULT_SWEEP_RATES, DEFAULT_SWEEP_SECONDS, worst_ratio
 from flashsend.lab.demo import ensure_users
-from flashsend.lab.events_lag import EVENTS_LAG_KEYS, events_lag
+from flashsend.lab.events_lag import EVENTS_LAG_KEYS, events_lag, unapplied_events
 from flashsend.lab.feedback_run import end_offsets
 from flashsend.lab.limiter_sweep import run_sweep
 from flashsend.lab.partition_stalls import campaign_stall
@@ -311,6 +311,10 @@ def _main_campaign(
 ) -> Series:
     log(f"bench: main campaign to the first {options.users:,} users, rate unlimited")
     events_from = end_offsets(settings, settings.topic_mail_events) if options.events else {}
+    # Older events the agent applies first; while it is behind, campaign calls wait.
+    result["events_backlog_at_start"] = (
+        unapplied_events(settings, events_from) if options.events else None
+    )
 
     def settle(campaign_id: int) -> dict[str, Any]:
         if not options.events:

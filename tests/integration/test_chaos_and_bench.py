@@ -184,6 +184,7 @@ def test_bench_short_run_produces_every_figure(settings: Settings, tmp_path: Pat
     assert result["events_not_applied"] == 0, result
     assert 0 <= result["events_lag_p50_s"] <= result["events_lag_p99_s"], result
     assert result["events_lag_p99_s"] <= result["events_lag_max_s"] < 60, result
+    assert result["events_backlog_at_start"] >= 0, result
 
     by_component = result["cpu_us_per_recipient_by_component"]
     assert {"workers", "postgres", "kafka", "ses_standin", "feedback_worker"} <= set(by_component)
