@@ -156,7 +156,7 @@ class Stack:
         wanted = self.settings.local_services
         table = [
             ("postgres", self.postgres.start, self.postgres.stop),
-            ("kafka", self.kafka.start, self.kafka.stop),
+            ("kafka", self.kafka.start, lambda: self.kafka.stop()),
             ("ses", lambda: self.ses.start(log=log), self.ses.stop),
             ("registry", self.registry.start, self.registry.stop),
             ("sqs", self._start_sqs, self.sqs.stop),  # after ses: it subscribes the queue

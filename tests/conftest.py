@@ -85,9 +85,9 @@ def stack(request: pytest.FixtureRequest) -> Iterator[LocalStack]:
     try:
         yield test_stack
     finally:
-        if test_stack.owned:
+        if test_stack.owned:  # its state dir is deleted below: nothing to shut down cleanly
             test_stack.ses.stop()
-            test_stack.kafka.stop()
+            test_stack.kafka.stop(discard=True)
             test_stack.postgres.stop(mode="immediate")
         if request.session.testsfailed:
             print(f"\ntest stack's state dir (logs) kept: {state_dir}")

@@ -66,7 +66,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     try:
         yield kafka
     finally:
-        kafka.stop()
+        kafka.stop(discard=True)  # its state dir is pytest's, thrown away
 
 
 def leader_of(settings: Settings, topic: str, partition: int) -> int:
