@@ -84,11 +84,13 @@ class FeedbackRuntime:
         """The transport's offset source: take the assigned partitions (sinks.offsets).
         PostgreSQL being down or restarting is waited out: an error here crashes the worker
         (Faust's recovery), and its unapplied events would wait for a restart."""
-        await self.ensure_started()
+        ingest = await self.ensure_started()
         assert self.store is not None
         if assignment.topic != self.store.topic:
             return {}
-        return await faust_offsets.take_waiting(self.store.offsets, assignment)
+        starts = await faust_offsets.take_waiting(self.store.offsets, assignment)
+        ingest.progress.assigned(starts)
+        return starts
 
     async def report_lag(self, consumer: Any) -> None:
         """The lag report campaign workers hold their calls on (streams.feedback_lag)."""

@@ -53,6 +53,17 @@ class ProgressTracker:
         if timestamp is not None:
             part.applied_ts = max(part.applied_ts or timestamp, timestamp)
 
+    def assigned(self, starts: Mapping[int, int]) -> None:
+        """A new assignment: where the agent resumes each of its partitions (`starts`). A
+        partition that starts elsewhere than where this tracker left it (new here, or applied
+        by another worker meanwhile) starts afresh; the others are another worker's now."""
+        for partition in [p for p in self._parts if p not in starts]:
+            del self._parts[partition]
+        for partition, start in starts.items():
+            part = self._parts.get(partition)
+            if part is None or part.next_offset != start:
+                self._parts[partition] = _Partition(start, None)
+
     def partitions(self) -> list[int]:
         return sorted(self._parts)
 
@@ -61,8 +72,7 @@ class ProgressTracker:
         self._parts.pop(partition, None)
 
     def report(self, highwater: Mapping[int, int | None], now: float) -> dict[int, float | None]:
-        """`waiting_since` per partition whose end offset (`highwater`) is known; partitions
-        with nothing applied yet since their assignment are left out."""
+        """`waiting_since` per partition whose end offset (`highwater`) is known."""
         out: dict[int, float | None] = {}
         for partition, part in self._parts.items():
             end = highwater.get(partition)

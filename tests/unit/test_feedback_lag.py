@@ -54,6 +54,26 @@ def test_unknown_ends_and_forgotten_partitions_are_left_out() -> None:
     assert tracker.report({0: None, 1: 50}, now=20.0) == {}
 
 
+def test_an_assignment_starts_each_partition_where_the_agent_resumes_it() -> None:
+    tracker = ProgressTracker()
+    tracker.applied(0, last_offset=99, timestamp=10.0)
+    tracker.applied(1, last_offset=49, timestamp=10.0)
+    tracker.assigned({1: 50, 2: 7})  # 0 went to another worker; 1 kept; 2 new here
+    assert tracker.partitions() == [1, 2]
+    # A new partition with nothing to apply is caught up before its first batch...
+    assert tracker.report({1: 50, 2: 7}, now=20.0) == {1: None, 2: None}
+    # ... and one with a backlog is behind from the first report that sees it.
+    assert tracker.report({1: 50, 2: 900}, now=21.0) == {1: None, 2: 21.0}
+    # Back here after another worker applied it up to 5,000: idle there means caught up,
+    # not behind since offset 100 (which would hold campaigns until an event arrives).
+    tracker.assigned({0: 5_000})
+    assert tracker.report({0: 5_000}, now=3_600.0) == {0: None}
+    # Kept through a rebalance, but moved on by another worker in between: the same.
+    tracker.applied(0, last_offset=5_009, timestamp=3_600.0)
+    tracker.assigned({0: 6_000})
+    assert tracker.report({0: 6_000}, now=3_700.0) == {0: None}
+
+
 def test_offsets_and_timestamps_only_move_forward() -> None:
     tracker = ProgressTracker()
     tracker.applied(0, last_offset=50, timestamp=30.0)
