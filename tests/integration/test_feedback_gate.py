@@ -35,6 +35,11 @@ def _progress(settings: Settings) -> tuple[int, int, float | None]:
     return int(row[0]), int(row[1]), row[2]
 
 
+def _caught_up(settings: Settings) -> bool:
+    reports, waiting, _ = _progress(settings)
+    return reports >= 1 and waiting == 0
+
+
 def test_a_stuck_feedback_agent_reports_a_growing_lag_and_clears_it_once_caught_up(
     settings: Settings, tmp_path: Path
 ) -> None:
@@ -44,18 +49,19 @@ def test_a_stuck_feedback_agent_reports_a_growing_lag_and_clears_it_once_caught_
     try:
         produce_events(settings, deliveries(settings, cid, 50, first_offset=0))
         wait_for("first events applied", lambda: delivered(settings, cid) == 50, 90)
-        wait_for("caught up, reported", lambda: _progress(settings)[:2] == (1, 0), 10)
+        wait_for("caught up, reported", lambda: _caught_up(settings), 10)
         with psycopg.connect(settings.pg_dsn) as lock:
             # The agent's transaction writes feedback_seen: it waits on this lock.
             lock.execute("LOCK TABLE feedback_seen IN EXCLUSIVE MODE")
             produce_events(settings, deliveries(settings, cid, 50, first_offset=50))
             wait_for("the lag reported past 3 s", lambda: (_progress(settings)[2] or 0) > 3.0, 20)
             reports, waiting, lag = _progress(settings)
-            assert (reports, waiting) == (1, 1) and lag is not None and lag < 10, (reports, lag)
+            # Every assigned partition reports; only the one the events went to waits.
+            assert reports >= 1 and waiting == 1 and lag is not None and lag < 10, (reports, lag)
             assert delivered(settings, cid) == 50  # nothing applied meanwhile
             lock.rollback()
         wait_for("the rest applied", lambda: delivered(settings, cid) == 100, 60)
-        wait_for("caught up again", lambda: _progress(settings)[:2] == (1, 0), 10)
+        wait_for("caught up again", lambda: _caught_up(settings), 10)
     finally:
         stop_process(worker)
 
