@@ -103,6 +103,12 @@ class CampaignStore:
         assert row is not None
         return int(row[0])
 
+    def feedback_lag(self, fresh_s: float) -> float | None:
+        """Seconds the feedback agent's oldest unapplied event has waited (its reports younger
+        than `fresh_s`); 0 when none is behind, None when none reports."""
+        row = self.conn.execute(query("feedback_lag"), {"fresh_s": fresh_s}).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
     def progress(self, campaign_id: int) -> Progress:
         cur = self.conn.cursor(row_factory=dict_row)
         cur.execute(query("campaign_progress"), {"id": campaign_id})

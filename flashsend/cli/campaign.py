@@ -29,6 +29,7 @@ from sinks.schedule_store import ScheduleStore, schedule_summary
 from sinks.seed_store import SeedPlan
 from sinks.variant_store import COUNTED, VariantStore, variants_summary
 from streams.ab_test import WINNER_BY, check_variants, parse_duration, parse_variant
+from streams.feedback_lag import REPORT_FRESH_S
 from streams.ramp import parse_ramp
 from streams.seed_list import DEFAULT_HOLD_S, SeedListError, parse_seed_list
 from streams.send_plan import schedule_from_flags
@@ -489,6 +490,17 @@ def format_status(p: Any, promo: PromoCounts | None = None) -> str:
     )
 
 
+def format_feedback_lag(p: Any, lag_s: float | None, max_lag_s: float) -> str:
+    """Why a sending campaign stands still: the feedback agent is too far behind (workers
+    hold every campaign's calls until it is back within half of `max_lag_s`)."""
+    if p["status"] != "sending" or lag_s is None or max_lag_s <= 0 or lag_s <= max_lag_s:
+        return ""
+    return (
+        f"\n  waiting for the feedback agent: {lag_s:.1f} s behind "
+        f"(calls wait over {max_lag_s:g} s, go on under {max_lag_s / 2:g} s)"
+    )
+
+
 def format_limit(p: Any) -> str:
     """The campaign's rate limit; an SMS campaign's with its unit (messages or segments per
     second: the measured rate beside it counts messages either way)."""
@@ -586,10 +598,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             ab = variants_summary(VariantStore(conn), args.id)
             schedule = schedule_summary(ScheduleStore(conn), args.id)
             ramp = ramp_status(conn, args.id)
+            feedback_lag = store.feedback_lag(REPORT_FRESH_S)
             if args.json:
                 out = {
                     **progress.as_dict(),
                     **(promo.as_dict() if promo else {}),
+                    "feedback_lag_s": None if feedback_lag is None else round(feedback_lag, 1),
                     "query_ms": round(query_ms, 1),
                 }
                 if ab is not None:
@@ -603,6 +617,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 print(
                     format_status(progress, promo)
                     + f"  (query {query_ms:.0f} ms)"
+                    + format_feedback_lag(progress, feedback_lag, settings.feedback_max_lag_s)
                     + format_ramp_status(ramp)
                     + format_variants(ab)
                     + format_slots(schedule)

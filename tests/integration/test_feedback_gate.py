@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from flashsend.lab.mail_bench import spawn_worker
 from flashsend.lab.workers import WorkerPool
@@ -19,6 +20,7 @@ from sinks.users import seed_users
 from tests.integration.campaign_helpers import new_campaign, stats, statuses, wait_finished
 from tests.integration.feedback_helpers import delivered, deliveries, done_campaign, produce_events
 from tests.integration.mail_fixtures import stop_process, wait_for
+from tests.integration.ops_helpers import cli, last_json
 
 LAG_SQL = (
     "SELECT count(*), count(waiting_since),"
@@ -99,7 +101,7 @@ def _accepted(settings: Settings, cid: int) -> int:
 
 
 def test_campaigns_hold_their_calls_while_the_feedback_agent_is_behind(
-    settings: Settings,
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     seed_users(settings.pg_dsn, 3_000)
     cid = new_campaign(settings, rate=300)
@@ -114,6 +116,11 @@ def test_campaigns_hold_their_calls_while_the_feedback_agent_is_behind(
         held_from = _accepted(settings, cid)
         time.sleep(3.0)
         assert _accepted(settings, cid) == held_from, "calls went out while the agent was behind"
+        # `campaign status` says why the campaign stands still.
+        code, out = cli(settings, monkeypatch, capsys, "campaign", "status", str(cid))
+        assert code == 0 and "waiting for the feedback agent: 5." in out, out
+        code, out = cli(settings, monkeypatch, capsys, "campaign", "status", str(cid), "--json")
+        assert code == 0 and last_json(out)["feedback_lag_s"] >= 5.0, out
         behind.stop()
         behind = None
         wait_finished(settings, cid, pool, timeout=120)
@@ -121,6 +128,8 @@ def test_campaigns_hold_their_calls_while_the_feedback_agent_is_behind(
         if behind is not None:
             behind.stop()
         pool.stop()
+    code, out = cli(settings, monkeypatch, capsys, "campaign", "status", str(cid), "--json")
+    assert code == 0 and last_json(out)["feedback_lag_s"] is None, out  # no agent reports now
     st = statuses(settings, cid)
     assert st.get("pending", 0) == 0 and st.get("sending", 0) == 0 and st.get("unknown", 0) == 0
     s = stats(settings, cid)
