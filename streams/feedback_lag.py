@@ -96,12 +96,10 @@ class FeedbackGate:
 
     max_lag_s: float
     closed: bool = False
-    lag_s: float | None = None
 
     def update(self, lag_s: float | None) -> bool:
         """The lag read from the agent's reports (0: none behind; None: no fresh report);
         returns whether the gate is closed."""
-        self.lag_s = lag_s
         if self.max_lag_s <= 0 or lag_s is None:
             self.closed = False
         elif self.closed:

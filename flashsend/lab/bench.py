@@ -29,7 +29,7 @@ from flashsend.errors import UsageError
 from flashsend.lab.bench_campaign import run_campaign
 from flashsend.lab.bench_figures import DEFAULT_SWEEP_RATES, DEFAULT_SWEEP_SECONDS, worst_ratio
 from flashsend.lab.demo import ensure_users
-from flashsend.lab.events_lag import EVENTS_LAG_KEYS, events_lag, unapplied_events
+from flashsend.lab.events_lag import EVENTS_LAG_KEYS, events_lag
 from flashsend.lab.feedback_run import end_offsets
 from flashsend.lab.limiter_sweep import run_sweep
 from flashsend.lab.partition_stalls import campaign_stall
@@ -38,6 +38,7 @@ from flashsend.lab.run import StartedCampaigns, error_text, finish_run
 from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
 from infra.ses_standin.admin import SesStandinAdmin
+from producers.resend_unknown import feedback_lag
 from sinks.ses import SesSender, make_client
 
 SEED_SNAPSHOT_SQL = """
@@ -312,9 +313,7 @@ def _main_campaign(
     log(f"bench: main campaign to the first {options.users:,} users, rate unlimited")
     events_from = end_offsets(settings, settings.topic_mail_events) if options.events else {}
     # Older events the agent applies first; while it is behind, campaign calls wait.
-    result["events_backlog_at_start"] = (
-        unapplied_events(settings, events_from) if options.events else None
-    )
+    result["events_backlog_at_start"] = feedback_lag(settings) if options.events else None
 
     def settle(campaign_id: int) -> dict[str, Any]:
         if not options.events:

@@ -19,7 +19,6 @@ from typing import Any
 
 import psycopg
 
-from flashsend.deliverability import feedback_app_id
 from flashsend.lab.bench_figures import percentile
 from flashsend.lab.feedback_crossing import read_ses_events
 from flashsend.settings import Settings
@@ -86,18 +85,6 @@ def events_lag(
         "events_lag_p99_s": _rounded(percentile(lags, 99)),
         "events_lag_max_s": _rounded(lags[-1] if lags else None),
     }
-
-
-def unapplied_events(settings: Settings, end: Mapping[int, int]) -> int:
-    """Events on mail.events (`end`: its end offsets) the feedback group has not applied yet:
-    what the agent works through before a campaign starting now gets its events applied."""
-    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT partition, next_offset FROM kafka_offsets WHERE group_id = %s AND topic = %s",
-            (feedback_app_id(settings), settings.topic_mail_events),
-        ).fetchall()
-    stored: dict[int, int] = {int(p): int(offset) for p, offset in rows}
-    return sum(max(0, high - stored.get(p, 0)) for p, high in end.items())
 
 
 def _rounded(value: float | None) -> float | None:
