@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from flashsend.cli.lab_result import run_and_print
+from flashsend.lab.sns_load import CONCURRENCY
 from flashsend.settings import load_settings
 
 
@@ -82,14 +83,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--concurrency",
         type=int,
-        default=64,
-        help="connections, one POST in flight each, as SNS does (default %(default)s)",
+        default=CONCURRENCY,
+        help="connections, one POST in flight each, as SNS does; SNS opens as many as its "
+        "delivery rate needs, and fewer leave the webhook idle between answers "
+        "(default %(default)s)",
     )
     p.add_argument(
         "--processes",
         type=int,
         default=None,
-        help="webhook processes (default: as `flashsend webhook`, half the CPUs)",
+        help="webhook processes (default: FLASHSEND_WEBHOOK_PROCESSES when set, else one per "
+        "CPU; `flashsend webhook` runs half the CPUs beside the rest of the stack)",
     )
     p.add_argument(
         "--pauses", type=int, default=5, help="complaint → pause measurements (default %(default)s)"

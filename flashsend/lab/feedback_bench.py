@@ -2,7 +2,8 @@
 and the delay complaint → campaign paused.
 
 On the current stack's Kafka and PostgreSQL, in a scratch database and topics, with a real
-`flashsend webhook` (its default number of processes unless told) and a real feedback worker:
+`flashsend webhook` (one process per CPU unless told: `bench_processes`) and a real feedback
+worker:
 
 1. Ingest, per path. The SNS webhook: `events` SES Delivery notifications, signed in
    advance by a local signer whose certificate this bench serves (the webhook is started with
@@ -52,7 +53,7 @@ from flashsend.lab.feedback_run import (
     with_feedback,
 )
 from flashsend.lab.mail_bench import percentile
-from flashsend.lab.sns_load import post_all
+from flashsend.lab.sns_load import CONCURRENCY, post_all
 from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
 from infra.process import free_port
@@ -67,9 +68,9 @@ WARM_UP_EVENTS = 200  # per process: certificate fetch, producer connection, fir
 @dataclass(frozen=True)
 class BenchOptions:
     events: int = 20_000
-    concurrency: int = 64
+    concurrency: int = CONCURRENCY
     pauses: int = 5
-    processes: int | None = None  # webhook processes; None: as `flashsend webhook` would run
+    processes: int | None = None  # webhook processes; None: `bench_processes`
     agent: bool = True  # also measure the feedback agent and the complaint → pause delay
     sqs: bool = True  # also measure the SQS path (events pull)
     pullers: int = 8  # concurrent long polls of the SQS path's puller
@@ -166,13 +167,22 @@ def running_services(settings: Settings) -> list[str]:
     ]
 
 
+def bench_processes(settings: Settings, cpus: int | None = None) -> int:
+    """Webhook processes for the bench: FLASHSEND_WEBHOOK_PROCESSES when set, else one per
+    CPU. The bench measures what a path takes in on this machine with nothing else running;
+    `flashsend webhook` defaults to half the CPUs because the rest of the stack runs beside it."""
+    if settings.webhook_processes:
+        return deliverability.webhook_processes(settings)
+    return max(1, cpus or os.cpu_count() or 1)
+
+
 def run_bench(
     settings: Settings, options: BenchOptions, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
     key_pem, cert_pem = generate_signing_key()
     certs = CertServer(cert_pem)
     base = scratch_settings(settings, "bench")
-    processes = options.processes or deliverability.webhook_processes(settings)
+    processes = options.processes or bench_processes(settings)
     s = with_feedback(
         base,
         sns_cert_authority=certs.authority,

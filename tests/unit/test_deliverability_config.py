@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flashsend import deliverability
+from flashsend.lab.feedback_bench import bench_processes
 from flashsend.settings import Settings, load_settings
 from producers.sns_verify import AWS_SNS_HOST_PATTERN
 from producers.unsubscribe_endpoint import _is_one_click
@@ -115,3 +116,12 @@ def test_webhook_processes_default_to_half_the_cpus() -> None:
     assert deliverability.webhook_processes(settings(webhook_processes=3), cpus=2) == 3
     with pytest.raises(deliverability.DeliverabilityConfigError, match="WEBHOOK_PROCESSES"):
         deliverability.webhook_processes(settings(webhook_processes=-1))
+
+
+def test_feedback_bench_runs_one_webhook_process_per_cpu_unless_set() -> None:
+    # The bench measures what the path takes in with nothing else running: every CPU.
+    auto = settings(webhook_processes=0)
+    assert [bench_processes(auto, cpus=n) for n in (1, 2, 8)] == [1, 2, 8]
+    assert bench_processes(settings(webhook_processes=3), cpus=2) == 3
+    with pytest.raises(deliverability.DeliverabilityConfigError, match="WEBHOOK_PROCESSES"):
+        bench_processes(settings(webhook_processes=-1))
