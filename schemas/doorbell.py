@@ -20,8 +20,8 @@ from typing import Any
 
 from schemas.serde import AvroCodec
 
-# Recipients per doorbell: half a lane (streams.sender.SenderConfig.lane_capacity), the chunk
-# a feeder claims at a time, so one doorbell is one claim chunk.
+# Recipients per doorbell: a quarter of a lane (streams.sender.SenderConfig.lane_capacity),
+# so the half lane a feeder claims at a time is two whole doorbells.
 DOORBELL_BLOCK = 25
 # Doorbells per producer batch (librdkafka `batch.num.messages`). The broker hands a consumer
 # whole batches, so this bounds how many recipients of ONE partition a fetch can bring at

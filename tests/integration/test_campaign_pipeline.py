@@ -18,6 +18,7 @@ from flashsend.settings import Settings
 from producers.campaign import PreflightFailed, start_campaign
 from sinks.queries import query
 from sinks.users import seed_users
+from streams.sender import MAX_ENTRIES, SenderConfig
 from tests.integration.campaign_helpers import (
     admin,
     claim_twice_at_once,
@@ -183,8 +184,9 @@ def test_worker_restart_resumes_from_postgres_offsets(settings: Settings) -> Non
     # every row marked sent was accepted once; the killed worker's in-flight call may have been
     # accepted without us recording it (those rows stay 'sending' → unknown, never resent)
     assert st.get("sent", 0) <= s["accepted"] <= st.get("sent", 0) + st.get("sending", 0)
-    # at most the killed worker's claimed-but-unsent rows are left: lanes of 50 + one call each
-    assert st.get("sending", 0) <= 12 * (50 + 50)
+    # at most the killed worker's claimed-but-unsent rows are left: full lanes + one call each
+    lane = SenderConfig(partitions=settings.partitions).lane_capacity
+    assert st.get("sending", 0) <= settings.partitions * (lane + MAX_ENTRIES)
     assert st.get("pending", 0) == 0
 
 

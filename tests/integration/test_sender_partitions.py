@@ -21,8 +21,10 @@ from sinks.users import seed_users
 from streams.app import Runtime
 from streams.sender import (
     MAX_CLAIM_RECIPIENTS,
+    MAX_ENTRIES,
     PAUSE_ABOVE,
     UNCLAIMED_PER_PARTITION,
+    SenderConfig,
 )
 from tests.integration.campaign_helpers import Consumed, new_campaign, put_template, statuses
 from tests.integration.campaign_helpers import consumed_records as _consumed
@@ -68,8 +70,9 @@ def test_a_full_lane_does_not_hold_back_other_partitions(settings: Settings) -> 
     put_template(settings)
     cid = new_campaign(settings, rate=settings.partitions)  # 1 recipient/s per partition
     rows = _rows(settings, cid)
-    slow, fast = rows[:150], rows[150:170]  # 150 > one lane (50), < the unclaimed bound
-    assert len(fast) == 20 and len(slow) <= UNCLAIMED_PER_PARTITION
+    lane = SenderConfig(partitions=settings.partitions).lane_capacity
+    slow, fast = rows[:300], rows[300:320]  # three lanes' worth, < the unclaimed bound
+    assert len(fast) == 20 and lane + MAX_ENTRIES < len(slow) <= UNCLAIMED_PER_PARTITION
 
     def consumed(partition: int, batch: list[tuple[int, int]]) -> list[Consumed]:
         return _consumed(settings, cid, partition, batch)
@@ -97,8 +100,8 @@ def test_a_full_lane_does_not_hold_back_other_partitions(settings: Settings) -> 
 
     waited, fast_claimed, slow_claimed = asyncio.run(scenario())
     assert fast_claimed == len(fast), (waited, fast_claimed)
-    # The slow partition is held to its lane: at most 50 queued + 1 call's worth claimed.
-    assert slow_claimed <= 2 * 50, slow_claimed
+    # The slow partition is held to its lane: at most a full lane + 1 call's worth claimed.
+    assert slow_claimed <= lane + MAX_ENTRIES, slow_claimed
     # Stopping released the rows queued in lanes; only a call in flight per lane (at this rate
     # share, a few entries) stays 'sending' for reconcile to settle.
     left = statuses(settings, cid)
@@ -122,11 +125,11 @@ def test_a_partition_moving_away_while_its_feeder_waits_for_room_fails_nothing(
             await runtime.offsets(Assignment.of(settings.topic_recipients, [0, 1]))
             sender = await runtime.ensure_started()
             await sender.reassign({0, 1})
-            await asyncio.wait_for(sender.handle(_consumed(settings, cid, 0, rows[:150])), 10)
+            await asyncio.wait_for(sender.handle(_consumed(settings, cid, 0, rows[:250])), 10)
             await asyncio.sleep(1)  # partition 0's lane is full; its feeder waits for room
             await sender.reassign({1})  # partition 0 moved to another worker
             await asyncio.sleep(1)
-            await asyncio.wait_for(sender.handle(_consumed(settings, cid, 1, rows[150:170])), 10)
+            await asyncio.wait_for(sender.handle(_consumed(settings, cid, 1, rows[250:270])), 10)
             await asyncio.sleep(0.5)
             return sender.stats["claimed"], sender._failed
         finally:
@@ -142,7 +145,7 @@ def test_leftover_doorbells_of_a_cancelled_campaign_are_skipped_in_bulk(
 ) -> None:
     """After a cancel, the topic still holds the campaign's unconsumed doorbells; a new
     campaign's records queue behind them. Their claims find nothing to send, so they need no
-    lane room and go MAX_CLAIM_RECIPIENTS at a time, not half a lane (25) at a time. The
+    lane room and go MAX_CLAIM_RECIPIENTS at a time, not half a lane (50) at a time. The
     doorbells here ring for one recipient each, as contract v1 wrote them: the worst case."""
     seed_users(settings.pg_dsn, 3_000)
     put_template(settings)
@@ -176,7 +179,7 @@ def test_leftover_doorbells_of_a_cancelled_campaign_are_skipped_in_bulk(
 
     rounds, stored = asyncio.run(scenario())
     assert stored == {0: len(records)}, stored  # every doorbell consumed, offset advanced
-    assert rounds <= len(records) // MAX_CLAIM_RECIPIENTS + 2, rounds  # not len(records) / 25
+    assert rounds <= len(records) // MAX_CLAIM_RECIPIENTS + 2, rounds  # not len(records) / 50
     assert statuses(settings, cid).get("sending", 0) == 0
 
 

@@ -1,0 +1,20 @@
+"""The campaign sender's configuration refuses lanes too small to keep a full call queued."""
+
+from __future__ import annotations
+
+import pytest
+
+from streams.sender import MAX_ENTRIES, SenderConfig
+
+
+def test_a_lane_holds_two_full_calls_by_default() -> None:
+    # One queued call plus the half lane its feeder claims: a lane short of a call has room
+    # for the next claim, so it never sends a short call while its window has room.
+    lane = SenderConfig(partitions=12).lane_capacity
+    assert lane >= 2 * MAX_ENTRIES
+    assert (MAX_ENTRIES - 1) + lane // 2 <= lane
+
+
+def test_a_lane_of_one_call_is_refused() -> None:
+    with pytest.raises(ValueError, match="two full calls"):
+        SenderConfig(partitions=12, lane_capacity=MAX_ENTRIES)
