@@ -93,18 +93,17 @@ class EventPublisher:
         self.topic = topic
         self.timeout_s = timeout_s
         self.published = 0
-        self._producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": linger_ms,
-                "compression.type": "lz4",
-                "message.timeout.ms": int(timeout_s * 1000),
-                "socket.connection.setup.timeout.ms": 5000,
-                "queue.buffering.max.messages": max_queued,
-            }
-        )
+        self._config = {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": linger_ms,
+            "compression.type": "lz4",
+            "message.timeout.ms": int(timeout_s * 1000),
+            "socket.connection.setup.timeout.ms": 5000,
+            "queue.buffering.max.messages": max_queued,
+        }
+        self._producer = Producer(self._config)
         self._poller: asyncio.Task[None] | None = None
         self._batch: list[tuple[Sequence[OutRecord], _Pending]] = []  # produced at the pass's end
         self._waiting: deque[_Pending] = deque()  # oldest first
@@ -173,6 +172,19 @@ class EventPublisher:
                 if not expired.future.done():
                     expired.future.set_exception(TimeoutError())
             await asyncio.sleep(POLL_EVERY_S)
+
+    def renew(self) -> None:
+        """Go on with a new producer; what the old one holds fails now (its callers answer
+        as for any unacknowledged record: the event is retried).
+
+        Once the broker is back after an outage: an idempotent producer whose records had
+        timed out across a broker restart was seen to time out every later record for minutes
+        while a new client found the broker up and the topic led. The old producer's records
+        may still have reached the broker: a retried event is a duplicate, which every
+        consumer of mail.events absorbs."""
+        old, self._producer = self._producer, Producer(self._config)
+        old.purge(in_queue=True, in_flight=True, blocking=False)
+        old.poll(0)  # the purged records' reports: their calls fail now
 
     def close(self, timeout: float = 5.0) -> None:
         """Flush what is queued (blocking: call it off the event loop)."""

@@ -35,7 +35,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,12 +93,21 @@ class PullerConfig:
 
 class BrokerGate:
     """Open while the broker is believed up. A failed publish closes it; one probe task then
-    asks the broker for the topic's metadata until it answers, and opens it again."""
+    asks the broker for the topic's metadata until it answers, calls `on_reopen` (the puller
+    renews its producer there) and opens it again."""
 
-    def __init__(self, bootstrap: str, topic: str, *, probe_every_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        probe_every_s: float = 1.0,
+        on_reopen: Callable[[], None] | None = None,
+    ) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.probe_every_s = probe_every_s
+        self.on_reopen = on_reopen
         self.closed_s = 0.0  # time spent closed, in total
         self._open = asyncio.Event()
         self._open.set()
@@ -128,6 +137,8 @@ class BrokerGate:
         if self._closed_at is not None:
             self.closed_s += time.monotonic() - self._closed_at
         self._closed_at = None
+        if self.on_reopen is not None:
+            self.on_reopen()
         log.info("broker answers again: pulling resumes")
         self._open.set()
 
@@ -335,7 +346,9 @@ async def pull(
         publisher=publisher,
         dlq=DeadLetterProducer(settings.kafka_bootstrap, settings.topic_dlq),
         codec=AvroCodec(registry_client(settings.schema_registry_url), SCHEMA),
-        gate=BrokerGate(settings.kafka_bootstrap, settings.topic_mail_events),
+        gate=BrokerGate(
+            settings.kafka_bootstrap, settings.topic_mail_events, on_reopen=publisher.renew
+        ),
     )
     stopper = asyncio.create_task(_stop_on(stop, puller))
     try:

@@ -71,3 +71,31 @@ def test_an_empty_call_returns_at_once(settings: Settings, empty: list[OutRecord
         assert publisher.published == 0
 
     asyncio.run(main())
+
+
+def test_renewing_fails_what_the_old_producer_holds_and_publishes_with_a_new_one(
+    settings: Settings,
+) -> None:
+    """The SQS puller renews its producer once the broker answers again after an outage: a
+    call still waiting on the old producer fails at once (its event is retried), and the
+    next call goes through the new one."""
+    ensure_mail_topics(settings, timeout=30.0)
+
+    async def main() -> None:
+        # Nothing listens on port 1: the record waits in the producer until its 30-s timeout.
+        stuck = EventPublisher("127.0.0.1:1", settings.topic_mail_events, timeout_s=30.0)
+        waiting = asyncio.ensure_future(stuck.publish(records("stuck", 1)))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        stuck.renew()
+        with pytest.raises(PublishFailed, match="urge"):
+            await asyncio.wait_for(waiting, 2.0)  # not the 30-s timeout
+
+        publisher = EventPublisher(settings.kafka_bootstrap, settings.topic_mail_events)
+        await asyncio.wait_for(publisher.publish(records("before", 1)), 30)
+        publisher.renew()
+        await asyncio.wait_for(publisher.publish(records("after", 2)), 30)
+        assert publisher.published == 3
+        await asyncio.to_thread(publisher.close, 5.0)
+
+    asyncio.run(main())
