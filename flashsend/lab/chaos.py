@@ -18,9 +18,11 @@ the invariants:
   worker's own exit (entering a call renews the lease, so a live worker's call is never
   reaped). Right after each, the run reads the campaign's rows in a call (`sending` with
   `in_call_at`): the stopped worker's are among them, and they stay so until the lease turns
-  them `unknown`. A kill while PostgreSQL is down is read once it answers again, then counting
-  the rows the lease has turned `unknown` meanwhile too. `in_flight_at_kills` is the union of
-  those reads, at most MAX_ENTRIES per lane with a call in flight; `unknown_bound` adds the
+  them `unknown`. After a kill the read waits until PostgreSQL has closed the dead worker's
+  sessions: a COMMIT it sent just before the signal (rows entering a call) still runs there.
+  A kill while PostgreSQL is down is read once it answers again, then counting the rows
+  the lease has turned `unknown` meanwhile too. `in_flight_at_kills` is the union of those
+  reads, at most MAX_ENTRIES per lane with a call in flight; `unknown_bound` adds the
   rows of calls with no answer (their own reason: timeouts, hung calls, dropped connections).
 
 `invariants` names each check; `invariants_failed` lists those that do not hold.
@@ -466,6 +468,7 @@ class Schedule:
             if self.rolling is not None and victim is draining:
                 self.rolling.ended(t)  # killed mid-drain: a kill, not a rolling restart
             pool.kill(victim, signal.SIGKILL)
+            pool.sessions_closed(victim)
             self._stopped_a_worker()
             self.counters["kills"] += 1
             log(f"chaos: t={t:.1f}s SIGKILL worker pid {victim.pid}")
@@ -533,6 +536,7 @@ class Schedule:
                     return
                 # Its watchdog did not end it: a kill, and its call's rows stay in doubt.
                 self.pool.kill(worker, signal.SIGKILL)
+                self.pool.sessions_closed(worker)
                 self._stopped_a_worker()
                 self.counters["drain_timeouts"] += 1
             took = rolling.ended(t)

@@ -10,8 +10,11 @@ import secrets
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psycopg
 
 from flashsend.settings import Settings, settings_env
 from infra.process import pid_alive, terminate
@@ -20,6 +23,7 @@ PR_SET_PDEATHSIG = 1
 _PROBE_PORT = re.compile(rb"metrics on http://[^:/]+:(\d+)/metrics")
 _EXCEPTION_LINE = re.compile(r"^(\w+\.)*\w*(Error|Exception|Unavailable|Timeout)\b:")
 _ERROR_RECORD = re.compile(r"\[(ERROR|CRITICAL)\]")
+_SESSIONS = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
 
 
 def _die_with_parent() -> None:
@@ -59,6 +63,9 @@ class WorkerPool:
     # Each worker serves its probes (/healthz, /readyz) on a free port it logs (`ready`).
     probes: bool = False
     probe_ports: dict[int, int] = field(default_factory=dict)  # pid -> port, once logged
+    # pid -> the application_name of its PostgreSQL sessions (PGAPPNAME), so a run can tell
+    # when a killed worker's last statement has ended (`sessions_closed`).
+    pg_names: dict[int, str] = field(default_factory=dict)
 
     def _free_slot(self) -> int:
         slot = 0
@@ -79,6 +86,8 @@ class WorkerPool:
             env["FLASHSEND_WORKER_INSTANCE"] = f"{self.pool_id}-{slot}"
         if self.probes:
             env["FLASHSEND_METRICS_PORT"] = "-1"  # any free port, logged at start
+        pg_name = f"flashsend-{self.role}-{self.pool_id}-{self.started}"
+        env["PGAPPNAME"] = pg_name
         name = "worker" if self.role == "campaign" else f"{self.role}-worker"
         log_file = self.log_dir / f"{name}-{self.started}.log"
         log = open(log_file, "ab")  # noqa: SIM115
@@ -101,10 +110,31 @@ class WorkerPool:
         )
         log.close()
         self.log_files[proc.pid] = log_file
+        self.pg_names[proc.pid] = pg_name
         self.started += 1
         self.procs.append(proc)
         self.slots[slot] = proc
         return proc
+
+    def sessions_closed(self, proc: subprocess.Popen[bytes], timeout_s: float = 5.0) -> bool:
+        """Wait until PostgreSQL has no session left of `proc` (ended): a statement it sent just
+        before it died, a COMMIT included, runs to its end on the server after the process is
+        gone. False after `timeout_s`, or at once when PostgreSQL does not answer."""
+        name = self.pg_names.get(proc.pid)
+        if name is None:
+            return False
+        deadline = time.monotonic() + timeout_s
+        try:
+            with psycopg.connect(self.settings.pg_dsn, autocommit=True, connect_timeout=2) as conn:
+                while True:
+                    row = conn.execute(_SESSIONS, (name,)).fetchone()
+                    if row is None or row[0] == 0:
+                        return True
+                    if time.monotonic() >= deadline:
+                        return False
+                    time.sleep(0.01)
+        except psycopg.OperationalError:
+            return False
 
     def start(self, count: int) -> None:
         for _ in range(count):

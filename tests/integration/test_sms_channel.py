@@ -4,6 +4,7 @@ real boto3 client, real Kafka, PostgreSQL and worker processes."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 
@@ -276,7 +277,9 @@ def test_sms_chaos_kills_and_hangs_keep_the_invariants(settings: Settings) -> No
     assert "error" not in result, result["error"]
     assert result["kills"] >= 1, result
     assert result["duplicates"] == 0 and result["lost"] == 0, result
-    assert result["invariants_failed"] == [] and result["invariants_ok"], result
+    assert result["invariants_failed"] == [] and result["invariants_ok"], json.dumps(
+        result, default=str
+    )
     assert result["unknown"] <= result["unknown_bound"], result
     assert result["accepted_by_ses"] >= result["sent"] > 3_000, result
 
