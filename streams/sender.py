@@ -93,6 +93,10 @@ CLAIM_FINISH_S = 3.0
 # costs boto3, the stand-in and the result statement nearly as much as a 50-entry one, and
 # partial calls kept a 2-worker pipeline at ~11 entries per call and ~1,200 recipients/s.
 LINGER_S = 0.25
+# A lane admits a call this much ahead of the window's room, learnt from how long admission
+# to the call's request takes (a database round trip, a busy event loop), at most LEAD_CAP_S.
+LEAD_WEIGHT = 0.25
+LEAD_CAP_S = 0.1
 # Consumed-but-unclaimed recipients a partition may hold before the agent stops taking
 # batches. Two producer batches (schemas.doorbell.DOORBELL_BATCH_RECORDS doorbells of
 # DOORBELL_BLOCK): a fetch can bring one partition a whole batch at once, and with a bound
@@ -231,6 +235,7 @@ class Lane:
         self._task: asyncio.Task[None] | None = None
         self._inflight: list[ClaimedRecipient] = []
         self._in_call = False
+        self._lead = 0.0  # smoothed time from admission to rows entered in their call
         # Set when the partition moved to another worker: that worker now owns the partition's
         # rate budget, so this lane must not send anything more (queued rows are released).
         self.revoked = False
@@ -379,6 +384,19 @@ class Lane:
             self._has_rows.clear()
         return call
 
+    def _learn_lead(self, took: float) -> None:
+        """From admission (or the end of the wait for room) to rows entered in the call."""
+        self._lead += LEAD_WEIGHT * (min(LEAD_CAP_S, max(0.0, took)) - self._lead)
+
+    async def _wait_room(self, pacer: WindowPacer, units: int) -> bool:
+        """Wait until the window has room for the call admitted ahead of time; False when
+        the partition moved meanwhile (nothing was sent: its rows go back to pending)."""
+        while (gap := pacer.until_free(units, time.monotonic())) > 0:
+            if self.revoked:
+                return False
+            await asyncio.sleep(gap)
+        return not self.revoked
+
     def _pacer(self, campaign_id: int, rate: float) -> tuple[WindowPacer, Aimd]:
         """The campaign's pacer on this lane, its budget following the AIMD rate."""
         partitions = self._sender.config.partitions
@@ -429,6 +447,7 @@ class Lane:
         s = self._sender
         cid = rows[0].campaign_id
         attempt = 0
+        due: float | None = None  # when the lane's last wait for room was to end
         while rows:
             if not self._resumed.is_set():
                 await self._resumed.wait()
@@ -451,14 +470,21 @@ class Lane:
             cost = s.row_cost(campaign)
             # Each row's cost is rendered once per attempt: admission and the count share it.
             costs = None if cost is None else {r.seq: cost(r) for r in rows}
+            # Admitted `lead` ahead of the room: the call's database round trip and the event
+            # loop's lateness happen before the room is there, not after (until_free below).
+            now = time.monotonic()
             if costs is None:
-                admitted, wait = pacer.admit(len(rows), time.monotonic())
+                admitted, wait = pacer.admit(len(rows), now, self._lead)
             else:
-                admitted, wait = pacer.admit_costs([costs[r.seq] for r in rows], time.monotonic())
+                admitted, wait = pacer.admit_costs([costs[r.seq] for r in rows], now, self._lead)
             if not admitted:
                 metrics.add_throttle_wait("campaign", wait)
+                due = now + wait
                 await asyncio.sleep(wait)
                 continue  # everything is checked again: paused, revoked, rate changed
+            # The lane's lag counts from when its wait for room was to end, if it just was.
+            asked = due if due is not None and now - LEAD_CAP_S <= due <= now else now
+            due = None
             batch, rows = rows[:admitted], rows[admitted:]
             if rows and attempt == 0:
                 # The window had room for part of the call: the rest joins the next call, so
@@ -472,12 +498,18 @@ class Lane:
             try:
                 batch = await s.enter_call(cid, batch)
                 if batch:
-                    # Counted from here, not from the admission: SES sees nothing of the call
-                    # before this instant, and the window has only gained room since (this lane
-                    # has no other call), so the bound holds without paying for the database
-                    # round trip in the window.
-                    counted = len(batch) if costs is None else sum(costs[r.seq] for r in batch)
-                    if counted:  # rows costing nothing are skipped without a request
+                    units = len(batch) if costs is None else sum(costs[r.seq] for r in batch)
+                    if units:  # rows costing nothing are skipped without a request
+                        self._learn_lead(time.monotonic() - asked)
+                        if not await self._wait_room(pacer, units):
+                            back = [*batch, *rows]  # nothing of them was sent
+                            await s.record(
+                                cid, [RowResult(r.seq, "pending", "rebalanced", None) for r in back]
+                            )
+                            return
+                        # Counted from here: SES sees nothing of the call before this instant,
+                        # and the window has room for it now.
+                        counted = units
                         pacer.started(counted, time.monotonic())
                     outcome = await s.call_ses(campaign, batch)
             finally:

@@ -265,6 +265,11 @@ class WindowPacer:
     admitted: the bound holds by construction, not by spacing calls and hoping. The price is
     the call's latency: a lane sends `budget` recipients per (window + latency).
 
+    A lane may ask `admit` a little ahead of the room (`ahead`: its database round trip and
+    event-loop lateness come before the room instead of after it, where they would add to the
+    latency paid for in the window); `until_free` right before the request then waits until
+    the room is there, so the bound is kept by the check, not by the forecast.
+
     `hold_until(t)` makes the window count as full until `t`: a partition just taken over
     from another worker may have had its whole budget spent by that worker in the last second.
 
@@ -325,17 +330,25 @@ class WindowPacer:
             spent.popleft()
         return self._in_call + sum(n for _, n in spent)
 
-    def admit(self, wanted: int, now: float) -> tuple[int, float]:
-        """How many of `wanted` recipients may go into a call starting at `now`, and, when none
-        may, how long to wait before asking again. Does not book anything: call `started`
-        with the count actually sent, then `finished` when its answer (or error) is back."""
+    def admit(self, wanted: int, now: float, ahead: float = 0.0) -> tuple[int, float]:
+        """How many of `wanted` recipients may go into a call starting `ahead` seconds after
+        `now`, and, when none may, how long to wait before asking again. Does not book
+        anything: call `started` with the count actually sent, then `finished` when its
+        answer (or error) is back.
+
+        With `ahead` > 0 the answer is a forecast (the window as it will be then, if nothing
+        else starts), so the caller can do its work before the request meanwhile; right
+        before the request, `until_free` says whether the room is really there."""
         if wanted <= 0:
             return 0, 0.0
         if self.unlimited:
             return wanted, 0.0
-        return self._room(wanted, max(1, min(wanted, self.budget, (wanted + 1) // 2)), now)
+        least = max(1, min(wanted, self.budget, (wanted + 1) // 2))
+        return self._room(wanted, least, now, ahead)
 
-    def admit_costs(self, costs: Sequence[int], now: float) -> tuple[int, float]:
+    def admit_costs(
+        self, costs: Sequence[int], now: float, ahead: float = 0.0
+    ) -> tuple[int, float]:
         """`admit` for rows of unequal cost (an SMS campaign limited in segments, a row
         costing its message's segments): how many of the rows, in order, may go into a call
         starting at `now` (the prefix whose summed cost fits the room), and, when none may,
@@ -356,7 +369,7 @@ class WindowPacer:
             least = self.budget  # the whole budget free: an empty window
         else:
             least = max(first, min(wanted, self.budget, (wanted + 1) // 2))
-        units, wait = self._room(wanted, least, now)
+        units, wait = self._room(wanted, least, now, ahead)
         if not units:
             return 0, wait
         return max(1, affordable_rows(costs, units)), 0.0
@@ -372,24 +385,46 @@ class WindowPacer:
         priced = head + [max(head)] * (max_entries - len(head))
         return max(1, affordable_rows(priced, self.call_size(sum(priced))))
 
-    def _room(self, wanted: int, least: int, now: float) -> tuple[int, float]:
-        """Units of `wanted` admitted at `now` when the window has room for `least` of them,
-        else (0, how long until it may)."""
+    def until_free(self, units: int, now: float) -> float:
+        """0 when a call of `units` may start at `now`, else how long until it may: the check
+        right before the request of a call admitted ahead of time. A call dearer than the
+        budget waits for an empty window (as `admit_costs` admits it)."""
+        if self.unlimited or units <= 0:
+            return 0.0
         if now < self._held_until:
-            return 0, self._held_until - now
-        if now < self._next_at - _EPSILON:
-            return 0, self._next_at - now
-        room = self.budget - self.used(now)
+            return self._held_until - now
+        return self._wait_for(min(units, self.budget), now)
+
+    def _room(self, wanted: int, least: int, now: float, ahead: float = 0.0) -> tuple[int, float]:
+        """Units of `wanted` admitted at `now` + `ahead` when the window then has room for
+        `least` of them, else (0, how long until it may)."""
+        at = now + max(0.0, ahead)
+        if at < self._held_until:
+            return 0, self._held_until - at
+        if at < self._next_at - _EPSILON:
+            return 0, self._next_at - at
+        self.used(now)  # drops what has expired by now; what expires by `at` is kept
+        room = self.budget - self._in_call - sum(n for expires, n in self._spent if expires > at)
         if room >= least:
             return min(wanted, room), 0.0
+        return 0, self._wait_for(least, at)
+
+    def _wait_for(self, units: int, at: float) -> float:
+        """How long after `at` the window has room for `units` (none starting meanwhile)."""
         if self._in_call:  # another call of this lane is out: its answer frees nothing yet
-            return 0, self.window_s
-        free = room
+            return self.window_s
+        free = self.budget
         for expires, n in self._spent:
-            free += n
-            if free >= least:
-                return 0, max(0.0, expires - now) + _EPSILON
-        return 0, self.window_s
+            if expires > at:
+                free -= n
+        if free >= units:
+            return 0.0
+        for expires, n in self._spent:
+            if expires > at:
+                free += n
+                if free >= units:
+                    return max(0.0, expires - at) + _EPSILON
+        return self.window_s
 
     def started(self, n: int, now: float | None = None) -> None:
         """`n` recipients went into a call; with `now`, the next call waits its turn (n / budget

@@ -40,6 +40,11 @@ class Sim:
     accepted: list[tuple[float, int]] = field(default_factory=list)
     owners: dict[int, Owner] = field(default_factory=dict)
     pacer_type: type[WindowPacer] = WindowPacer
+    # The lane's look-ahead: admitted `ahead` before the room, then a database round trip of
+    # up to `prepare` seconds, then `until_free` right before the request (None: no check).
+    ahead: float = 0.0
+    prepare: float = 0.0
+    check_room: bool = True
 
     def new_owner(self, partition: int, now: float, held: bool) -> Owner:
         pacer = self.pacer_type(partition_budget(self.rate, self.partitions, partition))
@@ -83,11 +88,14 @@ class Sim:
     def _try(self, owner: Owner, now: float, again: Callable[[float], None]) -> None:
         pacer = owner.pacer
         wanted = pacer.call_size(MAX_ENTRIES)
-        admitted, wait = pacer.admit(wanted, now)
+        admitted, wait = pacer.admit(wanted, now, self.ahead)
         if not admitted:
             assert wait > 0
             again(now + wait)
             return
+        now += self.rng.uniform(0.0, self.prepare)
+        while self.check_room and (gap := pacer.until_free(admitted, now)) > 0:
+            now += gap
         pacer.started(admitted, now)
         latency = self.rng.uniform(*self.latency)
         if self.rng.random() < self.spike:
@@ -285,3 +293,50 @@ def test_weighted_shares_sum_to_the_limit(seed: int) -> None:
     weights = [rng.choice([0, rng.randint(1, 100_000)]) for _ in range(partitions)]
     shares = [partition_budget(rate, partitions, p, weights) for p in range(partitions)]
     assert sum(shares) == int(rate) and min(shares) >= 1
+
+
+def test_admitting_ahead_forecasts_the_room_and_the_request_waits_for_it() -> None:
+    pacer = WindowPacer(100)
+    pacer.started(100)  # no turn on the grid: only the window holds the next call back
+    pacer.finished(100, 0.01)  # counted until 1.01
+    assert pacer.admit(50, 0.95)[0] == 0
+    assert pacer.admit(50, 0.95, ahead=0.1) == (50, 0.0)  # room at 1.05
+    # The forecast drops nothing: at 0.97 the window is still full.
+    assert pacer.until_free(50, 0.97) == pytest.approx(0.04)
+    assert pacer.until_free(50, 1.02) == 0.0
+    # Asked too early, the wait is counted from the forecast's instant.
+    admitted, wait = pacer.admit(50, 0.5, ahead=0.1)
+    assert admitted == 0 and wait == pytest.approx(0.41)
+
+
+def test_until_free_waits_for_the_hold_and_a_call_dearer_than_the_budget() -> None:
+    pacer = WindowPacer(10)
+    pacer.hold_until(5.0)
+    assert pacer.until_free(1, 4.5) == pytest.approx(0.5)
+    pacer = WindowPacer(10)
+    pacer.started(4, 0.0)
+    pacer.finished(4, 0.1)
+    assert pacer.until_free(30, 0.5) == pytest.approx(0.6)  # an empty window, at 1.1
+    assert pacer.until_free(30, 1.2) == 0.0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_admitting_ahead_keeps_every_window_within_the_limit(seed: int) -> None:
+    rng = random.Random(seed)
+    rate = rng.choice([37.0, 777.0, 2222.0, 3120.0, 7777.0])
+    low = rng.uniform(0.001, 0.05)
+    sim = Sim(rate, 12, rng, latency=(low, low * rng.uniform(1, 10)), spike=0.02)
+    sim.ahead, sim.prepare = rng.uniform(0.0, 0.1), rng.uniform(0.0, 0.1)
+    sim.run(duration=12.0, moves=rng.randint(0, 4))
+    assert sim.max_window() <= rate, (rate, sim.max_window())
+
+
+def test_admitted_ahead_without_the_check_before_the_request_the_bound_fails() -> None:
+    # The simulation can see it: requests sent as soon as admitted 0.1 s ahead.
+    worst = 0
+    for seed in range(10):
+        sim = Sim(2222.0, 12, random.Random(seed), latency=(0.005, 0.05))
+        sim.ahead, sim.check_room = 0.1, False
+        sim.run(duration=8.0)
+        worst = max(worst, sim.max_window())
+    assert worst > 2222
