@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +32,10 @@ Headers = list[tuple[str, str | bytes | None]]
 
 POLL_EVERY_S = 0.001
 LINGER_MS = 5
+# Calls failing this long in a row get a new producer (at most once per this long): a producer
+# was seen timing out every record for minutes after a broker outage while a new client found
+# the broker up. A producer that works again resets the clock with its first acknowledgement.
+RENEW_AFTER_S = 30.0
 
 
 class PublishFailed(FlashsendError):
@@ -89,10 +94,15 @@ class EventPublisher:
         timeout_s: float = 10.0,
         linger_ms: int = LINGER_MS,
         max_queued: int = 200_000,
+        renew_after_s: float = RENEW_AFTER_S,
     ) -> None:
         self.topic = topic
         self.timeout_s = timeout_s
+        self.renew_after_s = renew_after_s
         self.published = 0
+        self.renewals = 0
+        self._failing_since: float | None = None
+        self._renewed_at = float("-inf")
         self._config = {
             "bootstrap.servers": bootstrap,
             "enable.idempotence": True,
@@ -124,12 +134,26 @@ class EventPublisher:
         try:
             await pending.future
         except TimeoutError as exc:
+            self._failed()
             raise PublishFailed("no broker acknowledgement in time") from exc
         except KafkaException as exc:
+            self._failed()
             raise PublishFailed(f"delivery: {exc}") from exc
         except _ProduceRefused as exc:
+            self._failed()
             raise PublishFailed(f"produce: {exc.__cause__}") from exc.__cause__
+        self._failing_since = None
         self.published += len(records)
+
+    def _failed(self) -> None:
+        """Renew the producer once calls have failed `renew_after_s` in a row, and again at
+        most that often while they go on failing (during an outage a new producer fails
+        too, and costs only the records in flight, which fail as they would anyway)."""
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        elif now - max(self._failing_since, self._renewed_at) >= self.renew_after_s:
+            self.renew()
 
     def _produce_batch(self) -> None:
         batch, self._batch = self._batch, []
@@ -183,6 +207,8 @@ class EventPublisher:
         may still have reached the broker: a retried event is a duplicate, which every
         consumer of mail.events absorbs."""
         old, self._producer = self._producer, Producer(self._config)
+        self.renewals += 1
+        self._renewed_at = time.monotonic()
         old.purge(in_queue=True, in_flight=True, blocking=False)
         old.poll(0)  # the purged records' reports: their calls fail now
 

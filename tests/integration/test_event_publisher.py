@@ -99,3 +99,34 @@ def test_renewing_fails_what_the_old_producer_holds_and_publishes_with_a_new_one
         await asyncio.to_thread(publisher.close, 5.0)
 
     asyncio.run(main())
+
+
+def test_calls_failing_for_a_while_get_a_new_producer_and_a_working_one_keeps_its_own(
+    settings: Settings,
+) -> None:
+    """The webhook has no gate to tell it the broker is back: its publisher renews itself
+    once calls have failed `renew_after_s` in a row, at most that often."""
+    ensure_mail_topics(settings, timeout=30.0)
+
+    async def main() -> None:
+        failing = EventPublisher(
+            "127.0.0.1:1", settings.topic_mail_events, timeout_s=0.2, renew_after_s=1.0
+        )
+        began = asyncio.get_running_loop().time()
+        failures = 0
+        while asyncio.get_running_loop().time() - began < 2.6:
+            with pytest.raises(PublishFailed):
+                await asyncio.wait_for(failing.publish(records("down", 1)), 5.0)
+            failures += 1
+        assert failures >= 3
+        assert 1 <= failing.renewals <= 2, (failing.renewals, failures)
+
+        working = EventPublisher(
+            settings.kafka_bootstrap, settings.topic_mail_events, renew_after_s=0.0
+        )
+        for i in range(3):
+            await asyncio.wait_for(working.publish(records(f"up{i}", 1)), 30)
+        assert working.renewals == 0 and working.published == 3
+        await asyncio.to_thread(working.close, 5.0)
+
+    asyncio.run(main())
