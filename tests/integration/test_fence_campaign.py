@@ -350,4 +350,10 @@ def test_a_thawed_zombie_worker_stops_its_lanes_and_nothing_is_lost(settings: Se
     ses = stats(settings, cid)
     assert ses["duplicates"] == 0 and ses["accepted"] == left["sent"], (ses, left)
     log = Path(pool.log_dir / "worker-0.log").read_text()
-    assert "another worker owns it now" in log, "the thawed worker's claims were refused"
+    # Thawed, the worker either acts on its stale epoch first (its claims are refused: the
+    # fence) or its consumer first finds its session expired and rejoins (nothing stale is
+    # tried). Which comes first is the scheduler's choice; the fence itself is pinned by
+    # test_a_zombie_neither_claims_nor_moves_the_offset.
+    fenced = "another worker owns it now" in log
+    rejoined = "Heartbeat session expired" in log or "local member_id was not recognized" in log
+    assert fenced or rejoined, "the thawed worker neither was fenced nor rejoined"
