@@ -328,7 +328,11 @@ class WindowPacer:
         spent = self._spent
         while spent and spent[0][0] <= now:
             spent.popleft()
-        return self._in_call + sum(n for _, n in spent)
+        return self._counted_at(now)
+
+    def _counted_at(self, at: float) -> int:
+        """What the window will count at `at` (not before now) if nothing else starts."""
+        return self._in_call + sum(n for expires, n in self._spent if expires > at)
 
     def admit(self, wanted: int, now: float, ahead: float = 0.0) -> tuple[int, float]:
         """How many of `wanted` recipients may go into a call starting `ahead` seconds after
@@ -404,7 +408,7 @@ class WindowPacer:
         if at < self._next_at - _EPSILON:
             return 0, self._next_at - at
         self.used(now)  # drops what has expired by now; what expires by `at` is kept
-        room = self.budget - self._in_call - sum(n for expires, n in self._spent if expires > at)
+        room = self.budget - self._counted_at(at)
         if room >= least:
             return min(wanted, room), 0.0
         return 0, self._wait_for(least, at)
@@ -413,10 +417,7 @@ class WindowPacer:
         """How long after `at` the window has room for `units` (none starting meanwhile)."""
         if self._in_call:  # another call of this lane is out: its answer frees nothing yet
             return self.window_s
-        free = self.budget
-        for expires, n in self._spent:
-            if expires > at:
-                free -= n
+        free = self.budget - self._counted_at(at)
         if free >= units:
             return 0.0
         for expires, n in self._spent:
