@@ -342,6 +342,23 @@ class RecipientStore:
         except psycopg.Error as exc:
             raise self._unavailable(exc) from exc
 
+    async def leave_call(self, campaign_id: int, rows: Sequence[ClaimedRecipient]) -> int:
+        """Take `rows` out of their call: SES accepted none of them (throttled, transient) and
+        they wait in the lane for their retry. Returns how many left a call."""
+        try:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    query("leave_call"),
+                    {
+                        "campaign_id": campaign_id,
+                        "seqs": int_array(r.seq for r in rows),
+                        "attempts": int_array(r.attempt for r in rows),
+                    },
+                )
+                return cur.rowcount
+        except psycopg.Error as exc:
+            raise self._unavailable(exc) from exc
+
     async def live_campaigns(self) -> list[LiveCampaign]:
         try:
             async with self._pool.connection() as conn:

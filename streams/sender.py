@@ -15,8 +15,8 @@ concurrently without breaking offset order.
 
 Failure policy (marketing is at-most-once):
 - no answer from SES (timeout, 5xx) → `unknown`, never resent automatically;
-- throttled / transient → retried in the lane with backoff + jitter, then left `pending`
-  (requeue) for reconcile;
+- throttled / transient → out of their call, retried in the lane with backoff + jitter, then
+  left `pending` (requeue) for reconcile;
 - paused/cancelled before the call → rows released (`pending` requeue / `cancelled`).
 """
 
@@ -536,6 +536,9 @@ class Lane:
                         cid, [RowResult(r.seq, "pending", reason, None) for r in outcome.retry]
                     )
                 else:
+                    # Nothing of them was sent: out of their call while they wait, so a crash
+                    # now leaves them pending for another worker, not unknown.
+                    await s.leave_call(cid, outcome.retry)
                     rows = outcome.retry + rows
                     await asyncio.sleep(
                         backoff_delay(
@@ -1033,6 +1036,9 @@ class CampaignSender:
                 lost,
             )
         return kept
+
+    async def leave_call(self, campaign_id: int, rows: Sequence[ClaimedRecipient]) -> None:
+        await self._retry(self.store.leave_call, campaign_id, rows)
 
     async def release(
         self, campaign_id: int, rows: Sequence[ClaimedRecipient], status: str

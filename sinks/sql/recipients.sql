@@ -241,6 +241,18 @@ UPDATE {partition} r
  WHERE r.campaign_id = %(campaign_id)s AND r.seq = cand.seq AND r.status = 'sending'
 RETURNING r.seq, r.status;
 
+-- name: leave_call
+-- Throttled or transient entries: SES accepted nothing of them, so while they wait out their
+-- backoff in the lane they are out of a call again. Were the worker to die now, the lease
+-- sends them back to pending (not unknown); enter_call puts them in the next call. Renews the
+-- lease: the rows are still this live claim's. Only rows still 'sending' under the caller's
+-- claim (`attempts`) change.
+UPDATE campaign_recipients r
+   SET in_call_at = NULL, claimed_at = now()
+  FROM unnest(%(seqs)s::int[], %(attempts)s::int[]) AS c(seq, attempt)
+ WHERE r.campaign_id = %(campaign_id)s AND r.seq = c.seq AND r.status = 'sending'
+   AND r.attempts = c.attempt AND r.in_call_at IS NOT NULL;
+
 -- name: expire_leases
 -- Rows claimed, or last entered into a call (enter_call renews the lease), longer ago than the
 -- lease whose outcome never got recorded (worker killed or stuck). A row that entered a call

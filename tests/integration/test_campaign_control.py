@@ -18,6 +18,7 @@ from producers.dlq import read_dead_letters
 from producers.reconcile import Reconciler, requeue_after_resume
 from schemas.serde import AvroCodec, registry_client
 from sinks.campaign_store import CampaignStore
+from sinks.queries import query
 from sinks.users import seed_users
 from streams.campaign_state import POLL_INTERVAL_S
 from tests.integration.campaign_helpers import (
@@ -251,6 +252,49 @@ def test_ses_throttling_and_transient_failures_are_retried_hangs_become_unknown(
     assert st.get("unknown", 0) > 0, "hung calls must end unknown"
     # a hung call was accepted by SES: never retried, so accepted = sent + (unknown that went out)
     assert st["sent"] <= s["accepted"] <= st["sent"] + st.get("unknown", 0)
+
+
+def test_rows_waiting_to_retry_a_throttled_call_are_out_of_it_so_a_crash_leaves_them_pending(
+    settings: Settings,
+) -> None:
+    """Every call throttled: the lanes hold their rows through backoff. Killed then, the
+    worker leaves them out of any call, and the lease sends them back to pending (resent by
+    another worker), not to unknown (never resent): SES accepted none of them."""
+    seed_users(settings.pg_dsn, 2_000)
+    ses = admin(settings)
+    cid = new_campaign(settings)
+    pool = WorkerPool(settings, settings.state_dir / "logs-throttled-kill")
+    before = ses.faults()
+    ses.set_faults(p429=1.0)
+    try:
+        pool.start(1)
+        start_campaign(settings, cid)
+        deadline = time.monotonic() + 60
+        while statuses(settings, cid).get("sending", 0) < 500:
+            assert time.monotonic() < deadline and pool.alive(), statuses(settings, cid)
+            time.sleep(0.1)
+        time.sleep(1.5)  # the lanes are throttled again and again, each time backing off
+        (worker,) = pool.alive()
+        pool.kill(worker)
+        assert pool.sessions_closed(worker), "the killed worker's sessions stayed open"
+        with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+            waiting, in_call = conn.execute(
+                "SELECT count(*), count(in_call_at) FROM campaign_recipients "
+                "WHERE campaign_id = %s AND status = 'sending'",
+                (cid,),
+            ).fetchone() or (0, 0)
+            conn.execute(query("expire_leases"), {"campaign_id": cid, "lease_s": 0})
+    finally:
+        ses.set_faults(p429=before["p429"])
+        pool.stop()
+    st = statuses(settings, cid)
+    # Only the calls in flight at the kill (0 or 1 of 12 in local runs) may be in doubt; rows
+    # that kept their call while they waited would be about half of what the lanes held.
+    assert waiting >= 500
+    assert in_call <= waiting // 4, (waiting, in_call)
+    assert st.get("unknown", 0) == in_call, st
+    assert st.get("pending", 0) >= waiting - in_call, st
+    assert st.get("sent", 0) == 0 and stats(settings, cid)["accepted"] == 0
 
 
 def test_finishing_a_campaign_reconcile_already_finished_is_a_no_op(settings: Settings) -> None:

@@ -4,6 +4,7 @@ rows that never entered a call back to pending (sinks/sql/recipients.sql)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -118,7 +119,7 @@ def test_a_user_who_opts_out_or_is_suppressed_while_waiting_is_not_mailed(
     assert all(after[r.seq]["in_call_at"] is not None for r in claimed[2:])
 
 
-def test_throttled_rows_enter_their_call_again_and_a_release_leaves_the_call(
+def test_throttled_rows_leave_their_call_enter_the_next_and_a_release_leaves_it(
     settings: Settings,
 ) -> None:
     cid = sending_campaign(settings)
@@ -130,7 +131,9 @@ def test_throttled_rows_enter_their_call_again_and_a_release_leaves_the_call(
             store = RecipientStore(pool, group_id=GROUP, topic=f"t{cid}")
             claimed = await claim(store, cid, seqs, 0)
             first, _ = await store.enter_call(cid, claimed)
-            second, _ = await store.enter_call(cid, claimed)  # retried after a throttle
+            left = await store.leave_call(cid, claimed)  # throttled: none of them was sent
+            assert left == len(claimed)
+            second, _ = await store.enter_call(cid, claimed)  # the retry
             await store.record_results(
                 cid,
                 [RowResult(r.seq, "pending", "retry_exhausted:throttled", None) for r in claimed],
@@ -145,6 +148,42 @@ def test_throttled_rows_enter_their_call_again_and_a_release_leaves_the_call(
     after = rows(settings, cid, seqs)
     assert all(r["status"] == "pending" and r["requeue"] for r in after.values())
     assert all(r["in_call_at"] is None for r in after.values())
+
+
+def test_rows_out_of_their_call_go_back_to_pending_when_the_lease_runs_out(
+    settings: Settings,
+) -> None:
+    """A worker that dies while throttled rows wait for their retry: the lease returns them
+    to pending (SES accepted none of them), while the rows of its call in flight are unknown.
+    A claim that is no longer the row's cannot take it out of its call."""
+    cid = sending_campaign(settings)
+    seqs = pending_seqs(settings, cid)[:6]
+
+    async def scenario() -> tuple[list[ClaimedRecipient], int, int]:
+        pool = await open_pool(settings, size=2)
+        try:
+            store = RecipientStore(pool, group_id=GROUP, topic=f"t{cid}")
+            claimed = await claim(store, cid, seqs, 0)
+            await store.enter_call(cid, claimed)
+            stale = [replace(r, attempt=r.attempt + 1) for r in claimed[4:]]
+            refused = await store.leave_call(cid, stale)
+            left = await store.leave_call(cid, claimed[:2])
+            expire_all_leases(settings, cid)
+            return claimed, left, refused
+        finally:
+            await pool.close()
+
+    claimed, left, refused = run(scenario())
+    assert (left, refused) == (2, 0)
+    after = rows(settings, cid, seqs)
+    for r in claimed[:2]:
+        assert (after[r.seq]["status"], after[r.seq]["reason"], after[r.seq]["requeue"]) == (
+            "pending",
+            "lease_expired_before_call",
+            True,
+        )
+    for r in claimed[2:]:
+        assert (after[r.seq]["status"], after[r.seq]["reason"]) == ("unknown", "lease_expired")
 
 
 def test_entering_a_call_renews_the_lease_so_a_live_call_is_never_declared_unknown(
