@@ -828,6 +828,8 @@ def _judge(
         "unknown_lease_expired": len(by_lease),
         "unknown_no_answer": no_answer,
         "unknown_outside_in_flight": len(by_lease - seen),
+        # the first few, to look up when the invariant fails
+        "unknown_outside_seqs": sorted(by_lease - seen)[:20],
         "unknown_bound": len(seen) + no_answer,
         "unknown_per_kill": round(final["unknown"] / counters["kills"], 1)
         if counters["kills"]

@@ -214,10 +214,12 @@ class WorkerPool:
         return None
 
 
-def wait_joined(settings: Settings, members: int, timeout: float = 60.0) -> float | None:
-    """Wait until the campaign workers' consumer group is stable with `members` members (each
-    has its partitions); seconds waited, or None when that did not happen within `timeout`
-    (the caller goes on: the campaign still runs, through the rebalances)."""
+def wait_joined(
+    settings: Settings, members: int, timeout: float = 60.0, *, group_id: str | None = None
+) -> float | None:
+    """Wait until the campaign workers' consumer group (or `group_id`'s) is stable with `members`
+    members (each has its partitions); seconds waited, or None when that did not happen within
+    `timeout` (the caller goes on: the campaign still runs, through the rebalances)."""
     import time
 
     from confluent_kafka import ConsumerGroupState, KafkaException
@@ -227,7 +229,7 @@ def wait_joined(settings: Settings, members: int, timeout: float = 60.0) -> floa
     began = time.monotonic()
     while time.monotonic() - began < timeout:
         try:
-            [future] = admin.describe_consumer_groups([settings.app_id]).values()
+            [future] = admin.describe_consumer_groups([group_id or settings.app_id]).values()
             group = future.result(timeout=5)
         except (KafkaException, TimeoutError):  # the future's timeout: a broker still starting
             group = None

@@ -14,6 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from flashsend.deliverability import feedback_app_id
 from flashsend.errors import UsageError
 from flashsend.lab.feedback_run import WebhookProcess, insert_users, wait_for, with_feedback
 from flashsend.lab.workers import WorkerPool, wait_joined
@@ -207,6 +208,8 @@ def test_the_automatic_winner_comes_from_click_events(settings: Settings, tmp_pa
         feedback.start(1)
         senders.start(1)
         wait_joined(s, 1)  # the wait runs from the snapshot: the test share must go at once
+        # and its clicks must be applied before the wait is over
+        wait_joined(s, 1, group_id=feedback_app_id(s))
         start_campaign(s, cid)
         final = wait_finished(s, cid, senders, timeout=120)
         _wait_done(s, cid)

@@ -52,6 +52,8 @@ def statuses_flagged(settings: Settings, campaign_id: int) -> int:
 
 
 def test_pause_stops_calls_within_a_second_and_resume_loses_nothing(settings: Settings) -> None:
+    # The test requeues after the resume itself: a worker's reconcile tick would race it.
+    settings = settings.model_copy(update={"reconcile_interval_s": 3600.0})
     seed_users(settings.pg_dsn, 8_000)
     cid = new_campaign(settings, rate=1_200)
     other = new_campaign(settings, rate=600, name="other")

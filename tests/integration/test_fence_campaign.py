@@ -219,7 +219,7 @@ def test_a_lane_stopped_by_a_newer_owner_releases_its_call_through_the_rebalance
             assert await _until(lambda: z.stats["overtaken"] == 1, 10), dict(z.stats)
             await z.suspend({0})  # the group's rebalance begins ...
             await z.reassign(set())  # ... and ends without partition 0
-            await _until(lambda: "sending" not in _status_of(settings, cid, seqs[:20]), 5)
+            assert await _until(lambda: "sending" not in _status_of(settings, cid, seqs[:20]), 10)
             first = _status_of(settings, cid, seqs[:20])
             await o.handle(records[20:])
             assert await _until(_all_sent(settings, cid, seqs[20:]), 30)
@@ -229,8 +229,9 @@ def test_a_lane_stopped_by_a_newer_owner_releases_its_call_through_the_rebalance
             await owner.stop()
 
     zombie_stats, first = asyncio.run(scenario())
-    # At 1/s, Z may have sent one row before it was overtaken; none is left in its lane.
-    assert set(first) <= {"pending", "sent"} and first.get("sent", 0) <= 1, first
+    # At 1/s, Z sent a row a second until it was overtaken (one, unless starting O took
+    # seconds); none is left in its lane.
+    assert set(first) <= {"pending", "sent"} and first.get("sent", 0) <= 5, first
     assert zombie_stats["claimed"] == 20, zombie_stats
     assert stats(settings, cid)["duplicates"] == 0
 

@@ -148,13 +148,15 @@ def test_relay_loop_backs_off_while_the_broker_is_down(ms: Settings, stack: Loca
     )
     began = time.monotonic()
     place(ms, 3)
-    assert time.monotonic() - began < 1.0
+    assert time.monotonic() - began < 3.0  # three commits, no Kafka call among them
     relay = order_relay(down, publish_timeout_s=1.0, backoff_base_s=0.1, backoff_cap_s=0.3)
     stop = threading.Event()
     passes: list[object] = []
     thread = threading.Thread(target=relay.run, args=(stop,), kwargs={"on_pass": passes.append})
     thread.start()
-    time.sleep(3.0)
+    deadline = time.monotonic() + 20
+    while len(passes) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
     stop.set()
     thread.join(15)
     assert len(passes) >= 2 and relay.stats.published == 0

@@ -169,8 +169,8 @@ def test_two_consumers_one_message(ms: Settings, first_commits: bool) -> None:
     got: dict[str, Any] = {}
 
     def consumer_b() -> None:
-        time.sleep(0.3)
         with psycopg.connect(ms.pg_dsn) as conn, conn.transaction():
+            time.sleep(0.3)
             began = time.monotonic()
             got["rows"] = conn.execute(query("insert_mail"), params).fetchall()
             got["waited"] = time.monotonic() - began
@@ -180,7 +180,7 @@ def test_two_consumers_one_message(ms: Settings, first_commits: bool) -> None:
         with conn.transaction(force_rollback=not first_commits):
             assert len(conn.execute(query("insert_mail"), params).fetchall()) == 1
             b.start()
-            time.sleep(1.0)
+            time.sleep(2.0)  # B is connected and waiting long before this ends
         b.join(10)
     assert got["waited"] > 0.5, "B waited for A on the unique index"
     assert len(got["rows"]) == (0 if first_commits else 1)
@@ -283,16 +283,20 @@ def test_cancel_race_three_orders(ms: Settings) -> None:
         "WHERE ((status", "WHERE dedupe_key = %(key)s AND ((status"
     )
 
+    holding = threading.Event()  # set once the holder's statement ran: its lock is taken
+
     def claim(key: str, hold: float = 0.0) -> list[Any]:
         with psycopg.connect(ms.pg_dsn) as conn, conn.transaction():
             params = {"limit": 1, "lease_s": 30, "key": key, "exempt": []}
             rows = conn.execute(claim_sql, params).fetchall()
+            holding.set()
             time.sleep(hold)
             return rows
 
     def cancel(key: str, hold: float = 0.0) -> list[Any]:
         with psycopg.connect(ms.pg_dsn) as conn, conn.transaction():
             out = cancel_mail(conn, [key])
+            holding.set()
             time.sleep(hold)
             return out
 
@@ -300,15 +304,17 @@ def test_cancel_race_three_orders(ms: Settings) -> None:
     assert cancel("order-confirmed:42") == [("order-confirmed:42", CancelResult.CANCELLED)]
     assert claim("order-confirmed:42") == []
     # C2: claim holds its transaction; the cancel waits, then sees `sending`.
+    holding.clear()
     t = threading.Thread(target=claim, args=("order-confirmed:43", 1.0))
     t.start()
-    time.sleep(0.3)
+    assert holding.wait(10)
     assert cancel("order-confirmed:43") == [("order-confirmed:43", CancelResult.IN_FLIGHT)]
     t.join()
     # C3: cancel holds its transaction; the claim waits, then finds nothing.
+    holding.clear()
     t = threading.Thread(target=cancel, args=("order-confirmed:44", 1.0))
     t.start()
-    time.sleep(0.3)
+    assert holding.wait(10)
     assert claim("order-confirmed:44") == []
     t.join()
     statuses = {n: mail_row(ms, f"order-confirmed:{n}")["status"] for n in (42, 43, 44)}  # type: ignore[index]

@@ -18,7 +18,7 @@ from flashsend.cli.campaign import format_status
 from flashsend.cli.control import campaign_report
 from flashsend.errors import UsageError
 from flashsend.lab.feedback_run import insert_users, wait_for
-from flashsend.lab.workers import WorkerPool
+from flashsend.lab.workers import WorkerPool, wait_joined
 from flashsend.settings import Settings
 from producers.campaign import snapshot, start_campaign
 from producers.campaign_ops import AbTest, control_campaign, create_campaign, promote, release
@@ -120,6 +120,8 @@ def test_the_hold_runs_out_in_the_workers_reconcile(settings: Settings, tmp_path
     seeds = _seeds(domain)[:2]
     pool = WorkerPool(s, tmp_path)
     pool.start(1)
+    # The hold counts from the seeds' produce: a worker still joining would eat into it.
+    wait_joined(s, 1)
     try:
         start_campaign(s, cid, seeds=SeedPlan(seeds, 4.0))
         final = wait_finished(s, cid, pool, timeout=90)
@@ -142,6 +144,8 @@ def test_cancel_during_the_hold_sends_nothing_more(settings: Settings, tmp_path:
     seeds = _seeds(domain)
     pool = WorkerPool(s, tmp_path)
     pool.start(1)
+    # The hold counts from the seeds' produce: a worker still joining would eat into it.
+    wait_joined(s, 1)
     try:
         start_campaign(s, cid, seeds=SeedPlan(seeds, 10.0))
         _seeds_sent(s, cid, len(seeds))
