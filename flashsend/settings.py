@@ -203,7 +203,8 @@ class Settings(BaseSettings):
     events_ingest: str = "webhook"  # webhook | sqs: the path `flashsend aws plan` sets up
     sqs_port: int = 19324  # local ElasticMQ (loopback only), when "sqs" is a local service
     sqs_endpoint: str | None = None  # None: local ElasticMQ; "": real Amazon SQS
-    # Its messages live in the heap: 128 MB ran out at 100,000 queued SES events, 512 held 200,000.
+    # Every queued message lives in its heap: 100,000 SES events need more than 128 MB; 512
+    # holds 200,000.
     sqs_heap_mb: int = 512
     sqs_persist: bool = True  # ElasticMQ keeps messages on disk (survive down/up); False: memory
     sqs_queue: str = "flashsend-ses-events"  # its dead-letter queue: "<name>-dlq"
