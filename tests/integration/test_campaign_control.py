@@ -229,7 +229,7 @@ def test_ses_throttling_and_transient_failures_are_retried_hangs_become_unknown(
     before = ses.faults()
     hung_before = ses.stats()  # process-wide counters
     # 3,000 rows in calls of up to 50: at least 60 calls, so at 0.1 a call a run without a
-    # hung call has a chance under 0.2 % (at 0.03 it was ~16 %)
+    # hung call has a chance under 0.2 % (at 0.03, up to 16 %)
     ses.set_faults(p429=0.05, p_transient=0.05, p_hang=0.1, latency_ms=5, jitter_ms=20)
     pool.start(1)
     try:
