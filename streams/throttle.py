@@ -325,10 +325,14 @@ class WindowPacer:
 
     def used(self, now: float) -> int:
         """Recipients counted against the window at `now` (in a call, or answered within it)."""
+        self._expire(now)
+        return self._counted_at(now)
+
+    def _expire(self, now: float) -> None:
+        """Forget the calls whose second after their answer is over by `now`."""
         spent = self._spent
         while spent and spent[0][0] <= now:
             spent.popleft()
-        return self._counted_at(now)
 
     def _counted_at(self, at: float) -> int:
         """What the window will count at `at` (not before now) if nothing else starts."""
@@ -407,7 +411,7 @@ class WindowPacer:
             return 0, self._held_until - at
         if at < self._next_at - _EPSILON:
             return 0, self._next_at - at
-        self.used(now)  # drops what has expired by now; what expires by `at` is kept
+        self._expire(now)  # what expires by `at` is kept: `at` may be ahead of now
         room = self.budget - self._counted_at(at)
         if room >= least:
             return min(wanted, room), 0.0

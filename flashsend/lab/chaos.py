@@ -801,6 +801,7 @@ def _judge(
     by_lease = {seq for seq, lease in unknown if lease}
     no_answer = len(unknown) - len(by_lease)
     seen = in_flight.seqs if in_flight is not None else set()
+    outside = by_lease - seen
     counters = schedule.counters
     faults = (
         counters["kills"]
@@ -827,9 +828,8 @@ def _judge(
         "in_flight_max": faults * settings.partitions * MAX_ENTRIES,
         "unknown_lease_expired": len(by_lease),
         "unknown_no_answer": no_answer,
-        "unknown_outside_in_flight": len(by_lease - seen),
-        # the first few, to look up when the invariant fails
-        "unknown_outside_seqs": sorted(by_lease - seen)[:20],
+        "unknown_outside_in_flight": len(outside),
+        "unknown_outside_seqs": sorted(outside)[:20],  # the first few, to look them up
         "unknown_bound": len(seen) + no_answer,
         "unknown_per_kill": round(final["unknown"] / counters["kills"], 1)
         if counters["kills"]
