@@ -117,8 +117,16 @@ class WebhookProcess:
                 start_new_session=True,
             )
         webhook = cls(settings, proc, log_path)
+        processes = deliverability.webhook_processes(settings)
         try:
             wait_for("webhook health", webhook.healthy, timeout, every=0.05)
+            # Health answers once one process listens; the others may still be importing.
+            wait_for(
+                f"all {processes} webhook processes listening",
+                lambda: len(webhook.answering_pids(processes)) >= processes,
+                timeout,
+                every=0.2,
+            )
         except TimeoutError:
             webhook.stop()
             raise
@@ -142,8 +150,19 @@ class WebhookProcess:
             return False
 
     def stats(self) -> dict[str, Any]:
+        """The /stats of whichever process answers this new connection."""
         with urllib.request.urlopen(self.url + "/stats", timeout=5) as response:
             return dict(json.loads(response.read()))
+
+    def answering_pids(self, want: int, tries: int = 300) -> set[int]:
+        """The processes that answer up to `tries` new connections, stopping at `want` (the
+        kernel spreads connections over SO_REUSEPORT listeners by a hash of their ports)."""
+        seen: set[int] = set()
+        for _ in range(tries):
+            seen.add(int(self.stats()["pid"]))
+            if len(seen) >= want:
+                break
+        return seen
 
     def stop(self) -> None:
         if self.proc.poll() is None:

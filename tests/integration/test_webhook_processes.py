@@ -4,13 +4,11 @@ bench` reports what it promises."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,21 +31,6 @@ def signer_and_certs() -> Iterator[tuple[Signer, CertServer]]:
     certs.close()
 
 
-def answering_pid(url: str) -> int:
-    """The pid of whichever process answers a new connection (urllib opens one per call)."""
-    with urllib.request.urlopen(url + "/stats", timeout=10) as response:
-        return int(json.loads(response.read())["pid"])
-
-
-def pids_seen(url: str, want: int, tries: int = 300) -> set[int]:
-    seen: set[int] = set()
-    for _ in range(tries):
-        seen.add(answering_pid(url))
-        if len(seen) >= want:
-            break
-    return seen
-
-
 def test_processes_share_the_port_and_a_dead_one_is_replaced(
     settings: Settings, tmp_path: Path, signer_and_certs: tuple[Signer, CertServer]
 ) -> None:
@@ -59,7 +42,7 @@ def test_processes_share_the_port_and_a_dead_one_is_replaced(
     try:
         children = {p.pid for p in psutil.Process(webhook.proc.pid).children()}
         assert len(children) == 2
-        assert pids_seen(webhook.url, 2) == children
+        assert webhook.answering_pids(2) == children  # start waits for both
 
         headers = {"x-amz-sns-message-type": "Notification", "Content-Type": "text/plain"}
         for i in range(40):  # one connection each: both processes take some
@@ -75,7 +58,7 @@ def test_processes_share_the_port_and_a_dead_one_is_replaced(
             return now if len(now) == 2 and victim not in now else None
 
         now = wait_for("the dead webhook process replaced", replaced, 30)
-        wait_for("both answer again", lambda: pids_seen(webhook.url, 2) == now, 30, 0.2)
+        wait_for("both answer again", lambda: webhook.answering_pids(2) == now, 30, 0.2)
     finally:
         webhook.stop()
     assert not any(psutil.pid_exists(pid) for pid in children - {victim})
