@@ -273,15 +273,15 @@ class WindowPacer:
     `hold_until(t)` makes the window count as full until `t`: a partition just taken over
     from another worker may have had its whole budget spent by that worker in the last second.
 
-    Calls are sized to a `tick_s` worth of budget (between 1 and the SES maximum) and spaced
-    by their share of the second (a call of n starts no sooner than n / budget after the one
-    before), so a lane spreads its budget over the second instead of spending it in a burst at
-    the start of every window: bursts from every lane at once queue at SES, and each call's
-    latency is paid for in the window. When calls are slow, a call carries the budget of twice
-    the recent latency instead: with one call at a time, tick-sized calls would leave the lane
-    waiting on answers with budget to spare, and calls of twice the latency reach the bound's
-    budget per (window + latency) whenever they fit in one SES call. When the window has room
-    for at least half a call but not a whole one, the call shrinks to the room.
+    Calls are sized to a `tick_s` worth of budget (between 1 and the SES maximum) and take
+    turns on a grid (a call of n takes n / budget of the second; see `started`), so a lane
+    spreads its budget over the second instead of spending it in a burst at the start of every
+    window: bursts from every lane at once queue at SES, and each call's latency is paid for in
+    the window. When calls are slow, a call carries the budget of twice the recent latency
+    instead: with one call at a time, tick-sized calls would leave the lane waiting on answers
+    with budget to spare, and calls of twice the latency reach the bound's budget per (window
+    + latency) whenever they fit in one SES call. When the window has room for at least half a
+    call but not a whole one, the call shrinks to the room.
 
     Counted in recipients (messages), or in segments for an SMS campaign limited in segments:
     there a row costs its message's segments (`admit_costs`, `call_rows`), and `budget`,
@@ -435,16 +435,20 @@ class WindowPacer:
         """`n` recipients went into a call; with `now`, the next call waits its turn (n / budget
         later), which only spreads calls: the window alone keeps the bound.
 
-        Turns are kept on a grid: a call that starts up to half a turn late (a busy event loop,
-        a database round trip before the call) does not push every later call back by as
-        much, or a lane would lose that lateness on every call of its second. After a longer
-        gap the grid starts again from `now`."""
+        Turns are kept on a grid, and a late call does not move it: after a call that started
+        past the next turn (a busy event loop, or the window full because an earlier call's
+        answer was slow), the next call may follow as soon as the window has room. Moving the
+        grid to every late start would make one slow answer push back every later call of
+        the lane, not only the one whose room it held; those delays add up to a few percent
+        of the rate. After an idle gap (not at the first call) one call may follow at once, then
+        the turns resume."""
         self._in_call += n
         self._started_at = now
         if now is not None and self.budget > 0:
             turn = n / self.budget
-            on_grid = now - self._next_at <= turn / 2
-            self._next_at = (self._next_at if on_grid else now) + turn
+            if self._next_at == float("-inf"):  # the first call: its turn is now
+                self._next_at = now
+            self._next_at = max(self._next_at + turn, now)
 
     def finished(self, n: int, now: float) -> None:
         self._in_call = max(0, self._in_call - n)

@@ -199,15 +199,40 @@ def test_late_starts_do_not_push_the_later_calls_back() -> None:
     assert sent / 20.0 >= 0.97 * 185
 
 
-def test_after_a_gap_the_grid_starts_again() -> None:
+def test_after_a_gap_one_call_follows_then_the_turns_resume() -> None:
     pacer = WindowPacer(100)
     pacer.started(20, 0.0)
     pacer.finished(20, 0.01)
     assert pacer.admit(20, 0.2)[0] == 20
-    pacer.started(20, 5.0)  # long idle: no burst of turns saved up
+    pacer.started(20, 5.0)  # long idle: no burst of the turns it missed
     pacer.finished(20, 5.01)
-    admitted, wait = pacer.admit(20, 5.02)
-    assert admitted == 0 and wait == pytest.approx(0.18)  # a whole turn after the restart
+    assert pacer.admit(20, 5.02)[0] == 20
+    pacer.started(20, 5.02)
+    pacer.finished(20, 5.03)
+    admitted, wait = pacer.admit(20, 5.04)
+    assert admitted == 0 and wait == pytest.approx(0.16)  # the turn after 5.0's: 5.2
+
+
+def test_one_slow_answer_delays_only_the_call_whose_room_it_held() -> None:
+    # Every 13th answer takes 200 ms, the others 5 ms. The slow call holds its recipients in
+    # the window 195 ms longer, which delays the call that needs their room; the calls after
+    # it catch up. Moving the grid to that late start instead delays every later call too
+    # (0.918 of the budget).
+    pacer = WindowPacer(260)
+    size = pacer.call_size(50)
+    now, sent, calls = 0.0, 0, 0
+    while now < 30.0:
+        admitted, wait = pacer.admit(size, now)
+        if not admitted:
+            now += wait
+            continue
+        pacer.started(admitted, now)
+        calls += 1
+        latency = 0.2 if calls % 13 == 0 else 0.005
+        pacer.finished(admitted, now + latency)
+        sent += admitted
+        now += latency
+    assert sent / 30.0 >= 0.97 * 260
 
 
 def test_a_held_pacer_waits_until_the_hold_ends() -> None:
