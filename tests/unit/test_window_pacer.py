@@ -181,22 +181,30 @@ def test_calls_are_spread_over_the_second_not_sent_in_a_burst() -> None:
     assert starts == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8])
 
 
-def test_late_starts_do_not_push_the_later_calls_back() -> None:
-    # Every call starts 30 ms after the pacer allowed it (a busy event loop): the lane still
-    # sends its budget each second, not budget / (1 + 5 x 30 ms).
-    pacer = WindowPacer(185)
-    size = pacer.call_size(50)
-    now, sent, lag = 0.0, 0, 0.03
-    while now < 20.0:
+def share_sent(budget: int, seconds: float, latency: Callable[[int], float], lag: float) -> float:
+    """One lane sending calls back to back for `seconds`: the share of its budget it sends.
+    Call n answers `latency(n)` after its start, and every start (and every retry after a
+    wait) comes `lag` after the pacer allowed it."""
+    pacer = WindowPacer(budget)
+    size = pacer.call_size(MAX_ENTRIES)
+    now, sent, calls = 0.0, 0, 0
+    while now < seconds:
         admitted, wait = pacer.admit(size, now)
         if not admitted:
             now += wait + lag
             continue
         pacer.started(admitted, now)
-        pacer.finished(admitted, now + 0.002)
+        calls += 1
+        pacer.finished(admitted, now + latency(calls))
         sent += admitted
-        now += 0.002 + lag
-    assert sent / 20.0 >= 0.97 * 185
+        now += latency(calls) + lag
+    return sent / seconds / budget
+
+
+def test_late_starts_do_not_push_the_later_calls_back() -> None:
+    # Every call starts 30 ms after the pacer allowed it (a busy event loop): the lane still
+    # sends its budget each second, not budget / (1 + 5 x 30 ms).
+    assert share_sent(185, 20.0, lambda _: 0.002, lag=0.03) >= 0.97
 
 
 def test_after_a_gap_one_call_follows_then_the_turns_resume() -> None:
@@ -218,21 +226,10 @@ def test_one_slow_answer_delays_only_the_call_whose_room_it_held() -> None:
     # the window 195 ms longer, which delays the call that needs their room; the calls after
     # it catch up. Moving the grid to that late start instead delays every later call too
     # (0.918 of the budget).
-    pacer = WindowPacer(260)
-    size = pacer.call_size(50)
-    now, sent, calls = 0.0, 0, 0
-    while now < 30.0:
-        admitted, wait = pacer.admit(size, now)
-        if not admitted:
-            now += wait
-            continue
-        pacer.started(admitted, now)
-        calls += 1
-        latency = 0.2 if calls % 13 == 0 else 0.005
-        pacer.finished(admitted, now + latency)
-        sent += admitted
-        now += latency
-    assert sent / 30.0 >= 0.97 * 260
+    def every_13th_slow(call: int) -> float:
+        return 0.2 if call % 13 == 0 else 0.005
+
+    assert share_sent(260, 30.0, every_13th_slow, lag=0.0) >= 0.97
 
 
 def test_a_held_pacer_waits_until_the_hold_ends() -> None:
