@@ -227,7 +227,7 @@ def test_ses_throttling_and_transient_failures_are_retried_hangs_become_unknown(
     cid = new_campaign(flaky)
     pool = WorkerPool(flaky, flaky.state_dir / "logs-faults")
     before = ses.faults()
-    hung_before = ses.stats()  # process-wide counters
+    stats_before = ses.stats()  # process-wide counters
     # 3,000 rows in calls of up to 50: at least 60 calls, so at 0.1 a call a run without a
     # hung call has a chance under 0.2 % (at 0.03, up to 16 %)
     ses.set_faults(p429=0.05, p_transient=0.05, p_hang=0.1, latency_ms=5, jitter_ms=20)
@@ -252,16 +252,16 @@ def test_ses_throttling_and_transient_failures_are_retried_hangs_become_unknown(
         pool.stop()
     st = statuses(flaky, cid)
     s = stats(flaky, cid)
-    hung = ses.stats()
-    hung_calls = hung["hung_calls"] - hung_before["hung_calls"]
-    hung_rows = hung["hung_recipients"] - hung_before["hung_recipients"]
+    stats_after = ses.stats()
+    hung_calls = stats_after["hung_calls"] - stats_before["hung_calls"]
+    hung_rows = stats_after["hung_recipients"] - stats_before["hung_recipients"]
     assert s["duplicates"] == 0
     assert st.get("failed", 0) == 0, "throttles and transient failures must be retried"
     # Every row of a hung call ends unknown: the entries SES accepted, and those it refused
     # as transient, which the client never heard of (a call slower than the 1-s timeout on a
     # loaded machine adds its own).
     assert hung_calls > 0
-    assert st.get("unknown", 0) >= hung_rows, (st, hung)
+    assert st.get("unknown", 0) >= hung_rows, (st, stats_after)
     # a hung call was accepted by SES: never retried, so accepted = sent + (unknown that went out)
     assert st["sent"] <= s["accepted"] <= st["sent"] + st.get("unknown", 0)
 

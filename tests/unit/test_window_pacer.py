@@ -195,9 +195,10 @@ def share_sent(budget: int, seconds: float, latency: Callable[[int], float], lag
             continue
         pacer.started(admitted, now)
         calls += 1
-        pacer.finished(admitted, now + latency(calls))
+        took = latency(calls)
+        pacer.finished(admitted, now + took)
         sent += admitted
-        now += latency(calls) + lag
+        now += took + lag
     return sent / seconds / budget
 
 
