@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 
 import psycopg
 
+from flashsend import gc_pauses
 from flashsend.errors import FlashsendError
 from flashsend.unreachable import stack_hint
 
@@ -89,6 +90,7 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    gc_pauses.install()  # workers, webhook, puller: no long stop-the-world pauses mid-call
     if args.command != "worker":
         # SIGTERM (timeout, kill) must run the `finally` blocks that stop spawned workers.
         signal.signal(signal.SIGTERM, _exit_on_sigterm)

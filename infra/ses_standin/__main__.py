@@ -12,6 +12,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from flashsend import gc_pauses
 from infra.ses_standin.account import SesAccount
 from infra.ses_standin.emission import EventEmission
 from infra.ses_standin.faults import FaultConfig
@@ -110,6 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    gc_pauses.install()  # its message index grows all run: full passes would stall calls
     asyncio.run(serve(args))
     return 0
 

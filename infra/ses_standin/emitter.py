@@ -49,6 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from flashsend import gc_pauses
 from infra.ses_standin.event_records import build_events
 from infra.ses_standin.http_post import HttpPoster
 from producers.sns_sign import build_notification, build_subscription_confirmation, sign_message
@@ -437,6 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level="INFO", stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    gc_pauses.install()
     with contextlib.suppress(KeyboardInterrupt, BrokenPipeError):
         asyncio.run(_main(args))
     return 0

@@ -10,6 +10,7 @@ path finds the campaign.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from email.utils import parseaddr
@@ -51,7 +52,9 @@ def iso(t: float | datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
+@functools.lru_cache(maxsize=1024)
 def _bare(address: str) -> str:
+    # A campaign's messages share one sender; parsing it costs ~10 µs, a tenth of an event.
     return parseaddr(address)[1] or address
 
 
