@@ -29,7 +29,7 @@ from flashsend.errors import UsageError
 from flashsend.lab.bench_campaign import run_campaign
 from flashsend.lab.bench_figures import DEFAULT_SWEEP_RATES, DEFAULT_SWEEP_SECONDS, worst_ratio
 from flashsend.lab.demo import ensure_users
-from flashsend.lab.events_lag import EVENTS_LAG_KEYS, events_lag
+from flashsend.lab.events_lag import EVENTS_LAG_KEYS, events_lag, standin_dropped
 from flashsend.lab.feedback_run import end_offsets
 from flashsend.lab.limiter_sweep import run_sweep
 from flashsend.lab.partition_stalls import campaign_stall
@@ -314,12 +314,13 @@ def _main_campaign(
     events_from = end_offsets(settings, settings.topic_mail_events) if options.events else {}
     # Older events the agent applies first; while it is behind, campaign calls wait.
     result["events_backlog_at_start"] = feedback_lag(settings) if options.events else None
+    dropped_from = standin_dropped(settings) if options.events else None
 
     def settle(campaign_id: int) -> dict[str, Any]:
         if not options.events:
             return dict.fromkeys(EVENTS_LAG_KEYS)
         log("bench: waiting for the campaign's events to be applied (events_lag)")
-        return events_lag(settings, events_from, campaign_id)
+        return events_lag(settings, events_from, campaign_id, dropped_from=dropped_from)
 
     # Once more while the main campaign sends: the machine's drift shows under load (the
     # idle figures at start and end stayed put while CPU per recipient moved by 30 %).

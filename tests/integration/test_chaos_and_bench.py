@@ -182,6 +182,7 @@ def test_bench_short_run_produces_every_figure(settings: Settings, tmp_path: Pat
     # Every sampled Delivery of the main campaign was applied, its lag measured per event.
     assert result["events_lag_sample"] >= 20, result
     assert result["events_not_applied"] == 0, result
+    assert result["events_dropped_at_standin"] == 0, result
     assert 0 <= result["events_lag_p50_s"] <= result["events_lag_p99_s"], result
     assert result["events_lag_p99_s"] <= result["events_lag_max_s"] < 60, result
     assert result["events_backlog_at_start"] >= 0, result
