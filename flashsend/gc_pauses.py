@@ -50,11 +50,11 @@ class FreezeAfterFullPass:
             self.freezes += 1
 
 
-def install(unfreeze_every_s: float = UNFREEZE_EVERY_S) -> FreezeAfterFullPass:
+def install() -> FreezeAfterFullPass:
     """Add the callback to this process once; returns the one installed."""
     for callback in gc.callbacks:
         if isinstance(callback, FreezeAfterFullPass):
             return callback
-    callback = FreezeAfterFullPass(unfreeze_every_s)
+    callback = FreezeAfterFullPass()
     gc.callbacks.append(callback)
     return callback

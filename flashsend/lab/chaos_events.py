@@ -29,7 +29,7 @@ import psycopg
 from flashsend.lab.feedback_run import WebhookProcess, with_feedback
 from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
-from infra.ses_standin.events_admin import SesEventsAdmin
+from infra.ses_standin.events_admin import SesEventsAdmin, lost
 from producers.resend_unknown import feedback_offsets
 from streams.resolution import EVENT_BEFORE_ANSWER, RESOLVED_BY_EVENT
 
@@ -66,7 +66,7 @@ class EventLoop:
         return with_feedback(settings)
 
     def start(self) -> None:
-        self.lost_before = _lost(self.events.subscriptions())
+        self.lost_before = lost(self.events.subscriptions())
         self.webhook = WebhookProcess.start(self.settings, self.log_dir)
         sub = self.events.subscribe(
             self.webhook.sns_url,
@@ -91,11 +91,11 @@ class EventLoop:
         state = self.events.subscriptions()
         sub = next((s for s in state["subscriptions"] if s["id"] == self.sub_id), None)
         delivery = dict(sub["delivery"]) if sub else {}
-        lost = _lost(state)
+        given_up = lost(state)
         return {
             **{k: delivery.get(k) for k in ("delivered", "retried", "refused", "dropped")},
             "pending_at_standin": state.get("pending"),
-            **{f"standin_{k}": v - self.lost_before.get(k, 0) for k, v in lost.items()},
+            **{f"standin_{k}": v - self.lost_before.get(k, 0) for k, v in given_up.items()},
         }
 
     def check(self) -> None:
@@ -126,10 +126,6 @@ class EventLoop:
         self.sub_id = self.feedback = self.webhook = None
         if errors:
             raise errors[0]
-
-
-def _lost(state: dict[str, Any]) -> dict[str, int]:
-    return {k: int(state.get(k) or 0) for k in ("overflow", "dropped")}
 
 
 def _in_doubt(settings: Settings, campaign_id: int) -> list[tuple[int, str, str, str | None]]:

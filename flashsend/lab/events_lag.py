@@ -27,7 +27,7 @@ import psycopg
 from flashsend.lab.bench_figures import percentile
 from flashsend.lab.feedback_crossing import read_ses_events
 from flashsend.settings import Settings
-from infra.ses_standin.events_admin import SesEventsAdmin
+from infra.ses_standin.events_admin import SesEventsAdmin, lost
 
 EVENTS_LAG_KEYS = (
     "events_lag_sample",
@@ -56,12 +56,14 @@ def events_lag(
     up to `wait_s` for the stand-in to post them all and for the agent to apply them.
     `dropped_from`: `standin_dropped` when the campaign began."""
     began = time.monotonic()
+    admin = SesEventsAdmin(settings.ses_endpoint_url or "")
     drained = True
     try:
-        SesEventsAdmin(settings.ses_endpoint_url or "").wait_drained(timeout=wait_s)
+        state = admin.wait_drained(timeout=wait_s)
     except TimeoutError:
         drained = False
-    dropped = None if dropped_from is None else standin_dropped(settings) - dropped_from
+        state = admin.subscriptions()
+    dropped = None if dropped_from is None else given_up(state) - dropped_from
     records = [
         r
         for r in read_ses_events(settings, settings.topic_mail_events, start=start, every=every)
@@ -98,11 +100,17 @@ def events_lag(
 
 
 def standin_dropped(settings: Settings) -> int:
-    """Events the stand-in has given up on since it started: its queue for the emitter or the
-    emitter's own overflowed, or a subscription's retry window ran out."""
-    state = SesEventsAdmin(settings.ses_endpoint_url or "").subscriptions()
-    given_up = sum(int(sub.get("delivery", {}).get("dropped", 0)) for sub in state["subscriptions"])
-    return int(state["dropped"]) + int(state["overflow"]) + given_up
+    """`given_up` now: the figure to take when a campaign begins."""
+    return given_up(SesEventsAdmin(settings.ses_endpoint_url or "").subscriptions())
+
+
+def given_up(state: Mapping[str, Any]) -> int:
+    """Events the stand-in has given up on since it started (a `subscriptions()` state): its
+    queue for the emitter or the emitter's own overflowed, or a subscription's retry window
+    ran out."""
+    subs = state["subscriptions"]
+    retries_out = sum(int(sub.get("delivery", {}).get("dropped", 0)) for sub in subs)
+    return sum(lost(state).values()) + retries_out
 
 
 def _rounded(value: float | None) -> float | None:

@@ -11,10 +11,16 @@ bounced = events.feedback(campaign="42")["addresses"].get("bounce", [])
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from infra.ses_standin.admin import SesStandinAdmin
+
+
+def lost(state: Mapping[str, Any]) -> dict[str, int]:
+    """What the stand-in has given up on since it started, read from a `subscriptions()`
+    state: `dropped` (its queue for the emitter was full) and `overflow` (the emitter's was)."""
+    return {k: int(state.get(k) or 0) for k in ("overflow", "dropped")}
 
 
 class SesEventsAdmin(SesStandinAdmin):
