@@ -2,6 +2,6 @@
 
 import sys
 
-from flashsend.cli.entry import main
+from flashsend.cli.entry import run
 
-sys.exit(main())
+sys.exit(run())

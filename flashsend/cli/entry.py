@@ -90,7 +90,6 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    gc_pauses.install()  # workers, webhook, puller: no long stop-the-world pauses mid-call
     if args.command != "worker":
         # SIGTERM (timeout, kill) must run the `finally` blocks that stop spawned workers.
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
@@ -109,3 +108,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("flashsend: interrupted", file=sys.stderr)
         return 130
     return int(result or 0)
+
+
+def run() -> int:
+    """The `flashsend` program: `main` in a process of its own.
+
+    Only a process of its own gets the collector callback (workers, webhook, puller: no long
+    stop-the-world pauses mid-call): frozen objects are invisible to `gc.get_referrers`, so a
+    host that calls `main` in-process, such as a test run, keeps its collector as it was.
+    """
+    gc_pauses.install()
+    return main()
