@@ -1,7 +1,7 @@
 """Full collections freeze their survivors, and let them go again now and then.
 
 The callback is driven by hand here (a fake clock, the pytest process's own collector state
-restored after each test); the last two tests run a real process, where CPython itself calls
+restored after each test); the last three tests run a real process, where CPython itself calls
 it.
 """
 
