@@ -151,6 +151,22 @@ def _missing(exc: SchemaRegistryError) -> bool:
     return exc.http_status_code == 404
 
 
+def _set_level_once(registry: SchemaRegistryClient, subject: str, level: str) -> None:
+    """Set a new subject's level. Workers starting together on a fresh registry race here:
+    the registry refuses the second rule with 409; the winner's level is kept if it is ours."""
+    try:
+        registry.set_compatibility(subject, level)
+    except SchemaRegistryError as exc:
+        if exc.http_status_code != 409:
+            raise
+        found = registry.get_compatibility(subject)
+        if found != level:
+            raise FlashsendError(
+                f"schema registry: {subject} is at {found}, not the configured {level}: "
+                "set FLASHSEND_SCHEMA_COMPATIBILITY to match or change the subject's level"
+            ) from exc
+
+
 def schema_id(
     registry: SchemaRegistryClient, file: SchemaFile, auto_register: bool, compatibility: str
 ) -> int:
@@ -175,7 +191,7 @@ def schema_id(
             except SchemaRegistryError as exc:
                 if not _missing(exc):
                     raise
-                registry.set_compatibility(file.subject, compatibility)
+                _set_level_once(registry, file.subject, compatibility)
         registered = registry.register_schema_full_response(file.subject, schema)
         return int(registered.schema_id)  # type: ignore[arg-type]
     except SchemaRegistryError as exc:

@@ -14,8 +14,10 @@ import random
 import string
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -218,6 +220,29 @@ def test_a_codec_registers_only_when_allowed_and_at_the_configured_level(
     assert client.get_compatibility(subject) == "FULL"  # not the global BACKWARD
     assert AvroCodec(client, name, tmp_path).schema_id == allowed.schema_id  # found, not added
     assert client.get_versions(subject) == [1]
+
+
+def test_workers_starting_together_on_a_fresh_registry_all_start(
+    registry: str, tmp_path: Path
+) -> None:
+    """Apicurio answers 409 to all but one of concurrent first level rules on a subject (8
+    threads: every round of 20 had some); each racer must start with the one schema id."""
+    name = _name()
+    subject = f"flashsend.{name}-value"
+    _write(tmp_path, name, 1, V1)
+    start = threading.Barrier(8)
+
+    def worker(_: int) -> int:
+        client = registry_client(registry)
+        start.wait()
+        return AvroCodec(client, name, tmp_path, auto_register=True).schema_id
+
+    with ThreadPoolExecutor(8) as pool:
+        ids = set(pool.map(worker, range(8)))
+    client = registry_client(registry)
+    assert len(ids) == 1
+    assert client.get_versions(subject) == [1]
+    assert client.get_compatibility(subject) == "FULL"
 
 
 def test_a_service_outside_the_local_stack_refuses_to_start_on_an_unregistered_contract(
