@@ -92,6 +92,7 @@ class LiveCampaign:
     sending_elapsed_s: float = 0.0  # seconds spent sending, as of the read (the ramp's clock)
     channel: str = "email"  # "sms": template is the body, from_address the origination id
     rate_unit: str = "messages"  # what rate_limit counts; "segments" only for SMS
+    sending_began_s_ago: float | None = None  # since the snapshot made its rows sendable
 
     def template_for(self, variant: str | None) -> str:
         """The template of a row's variant (the winner's for a released holdout row); the

@@ -39,9 +39,15 @@ class CampaignCache:
         self.feedback = FeedbackGate(max_feedback_lag_s)
         self._campaigns: dict[int, LiveCampaign] = {}
         self._ramps: dict[int, tuple[RampStep, ...]] = {}
+        self._sendable_since: dict[int, float] = {}  # monotonic, at or before the snapshot's end
         self.refreshed_at = 0.0
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
+
+    def sendable_since(self, campaign_id: int) -> float | None:
+        """When the campaign's snapshot made its rows sendable (monotonic; never later than
+        that instant), None before it or if unknown."""
+        return self._sendable_since.get(campaign_id)
 
     def get(self, campaign_id: int) -> LiveCampaign | None:
         """The campaign if it is live (sending, paused, snapshotting), else None."""
@@ -67,6 +73,7 @@ class CampaignCache:
         return effective_rate(campaign.rate_limit, steps, elapsed)
 
     async def refresh(self) -> None:
+        asked = time.monotonic()
         campaigns = await self._store.live_campaigns()
         if self.feedback.max_lag_s > 0:
             # Nothing to hold while nothing sends: the lag is read only then.
@@ -75,6 +82,13 @@ class CampaignCache:
             self._update_feedback(lag)
         self._ramps = {c.id: ramp_from_rows(c.ramp) for c in campaigns if c.ramp}
         self._campaigns = {c.id: c for c in campaigns}
+        # Read against the instant the query was sent, so the estimate is never later
+        # than the truth (the database read its clock after that instant).
+        self._sendable_since = {
+            c.id: asked - c.sending_began_s_ago
+            for c in campaigns
+            if c.sending_began_s_ago is not None
+        }
         self.refreshed_at = time.monotonic()
 
     def _update_feedback(self, lag_s: float | None) -> None:

@@ -71,7 +71,13 @@ from streams.outcomes import (
     is_throttle,
     map_bulk_response,
 )
-from streams.throttle import Aimd, WindowPacer, partition_budget, split_rate
+from streams.throttle import (
+    Aimd,
+    WindowPacer,
+    partition_budget,
+    split_rate,
+    takeover_hold_until,
+)
 
 log = logging.getLogger("flashsend.sender")
 
@@ -227,7 +233,7 @@ class Lane:
         self._pacers: dict[int, tuple[WindowPacer, Aimd]] = {}
         # A partition taken over may have had its whole budget spent by its previous owner in
         # the second before: pacers created until then count the window as full.
-        self._held_until = float("-inf")
+        self._assigned_at = float("-inf")
         # Set between a revocation and the assignment that follows it: no call may start, as
         # the partition may be about to move (it holds its pacers: a kept partition goes on).
         self._resumed = asyncio.Event()
@@ -276,10 +282,11 @@ class Lane:
 
     def assign(self) -> None:
         """Newly assigned: fresh pacers whose window counts as full for its first second (the
-        previous owner may have just spent the partition's budget)."""
+        previous owner may have just spent the partition's budget), except for campaigns
+        whose rows became sendable after the assignment: nobody sent those before us."""
         self.revoked = False
         self._pacers.clear()
-        self._held_until = time.monotonic() + WINDOW_S
+        self._assigned_at = time.monotonic()
         self.resume()
 
     def suspend(self) -> None:
@@ -338,7 +345,9 @@ class Lane:
         call up to a call's worth of units)."""
         first = self._rows[0]
         campaign = self._sender.campaigns.get(first.campaign_id)
-        if campaign is None:
+        if campaign is None or campaign.status != "sending":
+            # No pacer before the cache shows it sending: one made from a stale copy would
+            # not know when its rows became sendable, and hold its first second for nothing.
             return MAX_ENTRIES
         rate = self._sender.campaigns.rate_now(campaign)
         channel = self._sender.channels.get(campaign.channel)
@@ -404,7 +413,8 @@ class Lane:
         entry = self._pacers.get(campaign_id)
         if entry is None:
             entry = (WindowPacer(0, window_s=WINDOW_S), Aimd(ceiling=share))
-            entry[0].hold_until(self._held_until)
+            since = self._sender.campaigns.sendable_since(campaign_id)
+            entry[0].hold_until(takeover_hold_until(self._assigned_at, since, WINDOW_S))
             self._pacers[campaign_id] = entry
         elif entry[1].ceiling != share:
             # A new rate (a ramp's step) keeps the window: what it holds stays counted, so a

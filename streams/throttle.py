@@ -254,6 +254,16 @@ def affordable_rows(costs: Sequence[int], units: int) -> int:
     return len(costs)
 
 
+def takeover_hold_until(assigned_at: float, sendable_since: float | None, window_s: float) -> float:
+    """Until when a partition's new owner counts a campaign's window as full: `window_s`
+    after the assignment (the previous owner may have spent the budget in the second before
+    it), unless the campaign's rows became sendable only after the assignment, when nobody
+    can have sent any of them (`sendable_since` None: not known, so held)."""
+    if sendable_since is not None and sendable_since > assigned_at:
+        return float("-inf")
+    return assigned_at + window_s
+
+
 @dataclass
 class WindowPacer:
     """A sliding-window budget for one sender lane: whatever the calls' latencies, the

@@ -21,10 +21,15 @@ RETURNING id;
 -- name: finish_snapshot
 -- clock_timestamp(): the snapshot runs in the transaction that set started_at = now().
 -- duplicate_addresses and invalid_addresses were set by count_snapshot.
-UPDATE campaigns SET status = 'sending', recipients = %(recipients)s,
-       snapshot_done_at = clock_timestamp(),
-       updated_at = now()
- WHERE id = %(id)s AND status = 'snapshotting';
+-- NOTIFY (delivered at commit): every worker's cache sees `sending` before the first doorbell.
+WITH changed AS (
+    UPDATE campaigns SET status = 'sending', recipients = %(recipients)s,
+           snapshot_done_at = clock_timestamp(),
+           updated_at = now()
+     WHERE id = %(id)s AND status = 'snapshotting'
+    RETURNING id
+)
+SELECT id, pg_notify('flashsend_campaigns', id::text) FROM changed;
 
 -- name: mark_produced
 -- The weights of the first produce stay: a later produce (after a failed one) covers only
@@ -37,11 +42,13 @@ UPDATE campaigns
 -- name: live_campaigns
 -- Polled by every worker a few times a second: tiny table. Recently finished campaigns are
 -- included so a lane holding rows of a just-cancelled campaign releases them as cancelled.
--- sending_elapsed_s is the ramp's clock as of this statement (migration 0024).
+-- sending_elapsed_s is the ramp's clock as of this statement (migration 0024);
+-- sending_began_s_ago how long ago the snapshot made its rows sendable (NULL before).
 SELECT id, status, rate_limit, template, from_address, configuration_set, name,
        partition_weights, variants, ramp,
        sending_s + coalesce(extract(epoch FROM clock_timestamp() - sending_since)::float8, 0)
            AS sending_elapsed_s,
+       extract(epoch FROM clock_timestamp() - snapshot_done_at)::float8 AS sending_began_s_ago,
        channel, rate_unit
   FROM campaigns
  WHERE status IN ('sending', 'paused', 'snapshotting')

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from infra.ses_standin.stats import max_in_window
-from streams.throttle import WindowPacer, partition_budget
+from streams.throttle import WindowPacer, partition_budget, takeover_hold_until
 
 MAX_ENTRIES = 50
 
@@ -238,6 +238,21 @@ def test_a_held_pacer_waits_until_the_hold_ends() -> None:
     pacer.hold_until(5.0)
     assert pacer.admit(1, 4.5) == (0, 0.5)
     assert pacer.admit(1, 5.0) == (1, 0.0)
+
+
+def test_a_new_owner_holds_a_campaign_that_was_sendable_before_the_assignment() -> None:
+    """The previous owner may have spent the budget in the second before the assignment:
+    a campaign sendable before it (or since an unknown instant) is held a window after it."""
+    assert takeover_hold_until(100.0, 99.5, 1.0) == 101.0
+    assert takeover_hold_until(100.0, 100.0, 1.0) == 101.0  # at the instant: may have sent
+    assert takeover_hold_until(100.0, None, 1.0) == 101.0
+
+
+def test_a_campaign_sendable_only_after_the_assignment_is_not_held() -> None:
+    """Nobody can have sent its rows before the assignment: a worker that joined before a
+    campaign started sends from its first doorbell, like the workers already there."""
+    assert takeover_hold_until(100.0, 100.2, 1.0) == float("-inf")
+    assert takeover_hold_until(float("-inf"), 5.0, 1.0) == float("-inf")  # never assigned
 
 
 @pytest.mark.parametrize("seed", range(40))
