@@ -231,8 +231,9 @@ class Lane:
         self._has_room = asyncio.Event()
         self._has_room.set()
         self._pacers: dict[int, tuple[WindowPacer, Aimd]] = {}
-        # A partition taken over may have had its whole budget spent by its previous owner in
-        # the second before: pacers created until then count the window as full.
+        # When the partition was taken over: its previous owner may have spent the whole
+        # budget in the second before, so pacers of campaigns sendable by then count the
+        # window as full until a second after it (takeover_hold_until).
         self._assigned_at = float("-inf")
         # Set between a revocation and the assignment that follows it: no call may start, as
         # the partition may be about to move (it holds its pacers: a kept partition goes on).
