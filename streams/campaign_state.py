@@ -39,7 +39,7 @@ class CampaignCache:
         self.feedback = FeedbackGate(max_feedback_lag_s)
         self._campaigns: dict[int, LiveCampaign] = {}
         self._ramps: dict[int, tuple[RampStep, ...]] = {}
-        self._sendable_since: dict[int, float] = {}  # monotonic, at or before the snapshot's end
+        self._asked_at = 0.0  # when the last refresh's query was sent (monotonic)
         self.refreshed_at = 0.0
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
@@ -47,7 +47,11 @@ class CampaignCache:
     def sendable_since(self, campaign_id: int) -> float | None:
         """When the campaign's snapshot made its rows sendable (monotonic; never later than
         that instant), None before it or if unknown."""
-        return self._sendable_since.get(campaign_id)
+        c = self._campaigns.get(campaign_id)
+        if c is None or c.sending_began_s_ago is None:
+            return None
+        # Against the instant the query was sent: the database read its clock after it.
+        return self._asked_at - c.sending_began_s_ago
 
     def get(self, campaign_id: int) -> LiveCampaign | None:
         """The campaign if it is live (sending, paused, snapshotting), else None."""
@@ -82,13 +86,7 @@ class CampaignCache:
             self._update_feedback(lag)
         self._ramps = {c.id: ramp_from_rows(c.ramp) for c in campaigns if c.ramp}
         self._campaigns = {c.id: c for c in campaigns}
-        # Read against the instant the query was sent, so the estimate is never later
-        # than the truth (the database read its clock after that instant).
-        self._sendable_since = {
-            c.id: asked - c.sending_began_s_ago
-            for c in campaigns
-            if c.sending_began_s_ago is not None
-        }
+        self._asked_at = asked
         self.refreshed_at = time.monotonic()
 
     def _update_feedback(self, lag_s: float | None) -> None:

@@ -26,7 +26,7 @@ from sinks.users import fill_phones, seed_users
 from streams.campaign_state import POLL_INTERVAL_S
 from streams.phones import normalise_phone, phone_problem
 from streams.sms_channel import SmsChannel
-from tests.integration.campaign_helpers import admin, statuses, wait_finished
+from tests.integration.campaign_helpers import admin, sql, statuses, wait_finished
 
 
 def test_standin_speaks_pinpoint_sms_voice_v2(settings: Settings) -> None:
@@ -315,17 +315,18 @@ def _duplicates_detail(settings: Settings, campaign_id: int) -> str:
     """What a duplicate text needs to be traced: each number texted twice, the stand-in's
     messages to it and the campaign's rows for it (their claims and outcome)."""
     cid = str(campaign_id)
-    numbers = admin(settings).sms_stats(campaign=cid).get("duplicate_destinations", [])
+    standin = admin(settings)
+    numbers = standin.sms_stats(campaign=cid).get("duplicate_destinations", [])
     detail: dict[str, object] = {}
-    with psycopg.connect(settings.pg_dsn) as conn:
-        rows = conn.execute(
-            "SELECT seq, email, status, reason, attempts, claimed_at, in_call_at, sent_at, "
-            "message_id FROM campaign_recipients WHERE campaign_id = %s",
-            (campaign_id,),
-        ).fetchall()
+    rows = sql(
+        settings,
+        "SELECT seq, email, status, reason, attempts, claimed_at, in_call_at, sent_at, "
+        "message_id FROM campaign_recipients WHERE campaign_id = %s",
+        campaign_id,
+    )
     for number in numbers:
         detail[number] = {
-            "texts": admin(settings).sms_messages(destination=number, campaign=cid),
+            "texts": standin.sms_messages(destination=number, campaign=cid),
             "rows": [r for r in rows if normalise_phone(r[1]) == number],
         }
     return json.dumps(detail, default=str)

@@ -9,22 +9,27 @@ import asyncio
 import time
 
 import psycopg
+from psycopg_pool import AsyncConnectionPool
 
 from flashsend.settings import Settings
 from producers.campaign import snapshot
 from sinks.recipient_store import RecipientStore
 from sinks.users import seed_users
-from streams.campaign_state import CampaignCache
+from streams.campaign_state import POLL_INTERVAL_S, CampaignCache
 from tests.integration.campaign_helpers import new_campaign, sending_campaign
 from tests.integration.mail_fixtures import open_pool, run
 
 GROUP = "takeover-hold"
 
 
+def _cache(pool: AsyncConnectionPool, interval: float = POLL_INTERVAL_S) -> CampaignCache:
+    return CampaignCache(RecipientStore(pool, group_id=GROUP, topic="t-takeover"), interval)
+
+
 async def _sendable_since(settings: Settings, ids: list[int]) -> dict[int, float | None]:
     pool = await open_pool(settings, size=2)
     try:
-        cache = CampaignCache(RecipientStore(pool, group_id=GROUP, topic="t-takeover"))
+        cache = _cache(pool)
         await cache.refresh()
         return {cid: cache.sendable_since(cid) for cid in ids}
     finally:
@@ -67,7 +72,7 @@ def test_a_cache_sees_a_started_campaign_within_milliseconds_not_a_poll(
 
     async def scenario() -> float:
         pool = await open_pool(settings, size=3)
-        cache = CampaignCache(RecipientStore(pool, group_id=GROUP, topic="t-takeover"), 30.0)
+        cache = _cache(pool, 30.0)
         cache.start()
         try:
             await asyncio.sleep(0.5)  # the first refresh and the LISTEN are in place

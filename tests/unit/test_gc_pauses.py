@@ -96,14 +96,20 @@ def test_installed_in_a_process_cpython_calls_it_and_new_cycles_are_still_reclai
     assert freezes >= 2
 
 
-INSTALLED = "sum(isinstance(c, FreezeAfterFullPass) for c in gc.callbacks)"
-
-
-def _probe(body: str) -> str:
+def _installed_after(call: str) -> str:
+    """How many freezer callbacks a new process has after running `call` (one statement) as
+    `flashsend status-stack`; its stderr's tail when it printed nothing."""
     script = (
         "import gc, runpy, sys\n"
         "from importlib.metadata import entry_points\n"
-        "from flashsend.gc_pauses import FreezeAfterFullPass\n" + body
+        "from flashsend.cli.entry import main\n"
+        "from flashsend.gc_pauses import FreezeAfterFullPass\n"
+        "sys.argv = ['flashsend', 'status-stack']\n"
+        "try:\n"
+        f"    {call}\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sum(isinstance(c, FreezeAfterFullPass) for c in gc.callbacks))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=120
@@ -112,36 +118,13 @@ def _probe(body: str) -> str:
 
 
 def test_the_flashsend_program_installs_it() -> None:
-    console = (
-        "sys.argv = ['flashsend', 'status-stack']\n"
-        "(script,) = entry_points(group='console_scripts', name='flashsend')\n"
-        "try:\n"
-        "    script.load()()\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        f"print({INSTALLED})\n"
-    )
-    assert _probe(console) == "1"
-    as_module = (
-        "sys.argv = ['flashsend', 'status-stack']\n"
-        "try:\n"
-        "    runpy.run_module('flashsend.cli', run_name='__main__')\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        f"print({INSTALLED})\n"
-    )
-    assert _probe(as_module) == "1"  # how workers, the webhook and the puller are spawned
+    console = "entry_points(group='console_scripts', name='flashsend')['flashsend'].load()()"
+    assert _installed_after(console) == "1"
+    as_module = "runpy.run_module('flashsend.cli', run_name='__main__')"
+    assert _installed_after(as_module) == "1"  # how workers, the webhook and the puller start
 
 
 def test_main_called_in_process_leaves_the_hosts_collector_alone() -> None:
     """Frozen objects are invisible to gc.get_referrers (Hypothesis's register_random check
     relies on it), so a test that calls main() must not freeze the test run's heap."""
-    in_process = (
-        "from flashsend.cli.entry import main\n"
-        "try:\n"
-        "    main(['status-stack'])\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        f"print({INSTALLED})\n"
-    )
-    assert _probe(in_process) == "0"
+    assert _installed_after("main(['status-stack'])") == "0"
