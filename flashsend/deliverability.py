@@ -20,6 +20,7 @@ from streams.feedback_logic import Thresholds
 from streams.unsubscribe_token import TokenKeys, make_token, parse_keys, unsubscribe_url
 
 SNS_PATH = "/sns"
+FIREHOSE_PATH = "/firehose"
 
 # SES event type as it reaches the webhook (`eventType`) → SESv2 MatchingEventTypes name.
 SES_EVENT_TYPES = {
@@ -90,6 +91,13 @@ def event_types(settings: Settings) -> tuple[str, ...]:
 def matching_event_types(settings: Settings) -> list[str]:
     """`event_types` as SESv2 CreateConfigurationSetEventDestination's MatchingEventTypes."""
     return [SES_EVENT_TYPES[t] for t in event_types(settings)]
+
+
+def firehose_access_keys(settings: Settings) -> tuple[str, ...]:
+    """The access keys a Firehose delivery stream may present (FLASHSEND_FIREHOSE_ACCESS_KEYS,
+    comma-separated); none configured: the /firehose route refuses every request."""
+    spec = settings.firehose_access_keys.get_secret_value()
+    return tuple(key.strip() for key in spec.split(",") if key.strip())
 
 
 def token_keys(settings: Settings) -> TokenKeys:

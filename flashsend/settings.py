@@ -184,6 +184,9 @@ class Settings(BaseSettings):
     # longer than this (s), and go on once it is back under half of it; 0: never hold.
     feedback_max_lag_s: float = 3.0
     webhook_publish_timeout_s: float = 10.0  # broker ack wait before answering SNS 503
+    # Keys a Firehose delivery stream may present at POST /firehose (comma-separated: more
+    # than one while a key is rotated); empty: the route refuses every request.
+    firehose_access_keys: SecretStr = SecretStr("")
     # SES event types the configuration sets' event destinations publish: what the feedback
     # agent and reconcile use. Add "Open" and "Click" for engagement (A/B winners need them).
     # No "Send": it doubles the events of every campaign and adds nothing the agent needs (the

@@ -3,6 +3,7 @@
 | route            | what                                                                  |
 |------------------|-----------------------------------------------------------------------|
 | POST /sns        | SNS HTTP(S) endpoint: SES events → verified → Avro on mail.events     |
+| POST /firehose   | Firehose HTTP endpoint: batches of SES events → Avro on mail.events   |
 | GET  /u/{token}  | unsubscribe confirmation page (changes nothing)                       |
 | POST /u/{token}  | RFC 8058 one-click unsubscribe (PostgreSQL first, event via outbox)   |
 | GET  /health     | {"ok": true}                                                          |
@@ -30,12 +31,14 @@ from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
 from producers.event_publisher import EventPublisher
+from producers.firehose_endpoint import MAX_BODY_BYTES as FIREHOSE_MAX_BODY_BYTES
+from producers.firehose_endpoint import FirehoseEndpoint
 from producers.http_lean import LeanServer, Request, Response, Router
 from producers.mail_topics import ensure_mail_topics
 from producers.outbox_relay import OutboxRelay, RelayConfig
 from producers.ses_events import SCHEMA
 from producers.sns_endpoint import SnsEndpoint
-from producers.sns_verify import MAX_BODY_BYTES, CertificateSource, VerifierPolicy
+from producers.sns_verify import CertificateSource, VerifierPolicy
 from producers.unsubscribe_endpoint import UnsubscribeEndpoint
 from producers.webhook_processes import PortTaken, supervise
 from schemas import serde
@@ -74,6 +77,12 @@ class WebhookRuntime:
             certificates=certificates or deliverability.certificate_source(s),
             publisher=self.publisher,
             codec=serde.codec(s, SCHEMA),
+            dlq=self.dlq,
+        )
+        self.firehose = FirehoseEndpoint(
+            access_keys=deliverability.firehose_access_keys(s),
+            publisher=self.publisher,
+            codec=self.sns.codec,
             dlq=self.dlq,
         )
         self.unsubscribe = UnsubscribeEndpoint(
@@ -128,6 +137,7 @@ class WebhookRuntime:
         return {
             "pid": os.getpid(),  # with --processes N, each process answers for itself
             "sns": dict(self.sns.stats),
+            "firehose": dict(self.firehose.stats),
             "unsubscribe": dict(self.unsubscribe.stats),
             "published_records": self.publisher.published,
             "relay": None
@@ -154,12 +164,17 @@ _JSON = "application/json; charset=utf-8"
 
 def build_router(runtime: WebhookRuntime) -> Router:
     """The webhook's routes (module docstring) on the lean HTTP server."""
-    sns = runtime.sns
+    sns, firehose = runtime.sns, runtime.firehose
 
     async def sns_route(request: Request) -> Response:
         status, text = await sns.handle(request.body, request.headers.get("x-amz-sns-message-type"))
         metrics.count_webhook(_outcome(status))
         return Response(status, text.encode())
+
+    async def firehose_route(request: Request) -> Response:
+        status, body = await firehose.handle(request.body, request.headers)
+        metrics.count_webhook(_outcome(status))
+        return Response(status, body, "application/json")
 
     async def health_route(_request: Request) -> Response:
         return Response(200, b'{"ok": true}', _JSON)
@@ -169,6 +184,7 @@ def build_router(runtime: WebhookRuntime) -> Router:
 
     router = Router()
     router.add("POST", deliverability.SNS_PATH, sns_route)
+    router.add("POST", deliverability.FIREHOSE_PATH, firehose_route)
     router.add("GET", HEALTH_PATH, health_route)
     router.add("GET", "/stats", stats_route)
     runtime.unsubscribe.register(router)
@@ -183,7 +199,8 @@ async def serve(
     *,
     reuse_port: bool = False,
 ) -> None:
-    server = LeanServer(build_router(runtime), max_body=MAX_BODY_BYTES)
+    # The largest body any route takes; /sns refuses more than SNS's own limit by itself.
+    server = LeanServer(build_router(runtime), max_body=FIREHOSE_MAX_BODY_BYTES)
     await runtime.start()
     try:
         try:

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from flashsend.cli.lab_result import run_and_print
-from flashsend.lab.sns_load import CONCURRENCY
+from flashsend.lab.sns_load import CONCURRENCY, FIREHOSE_BATCH
 from flashsend.settings import load_settings
 
 
@@ -65,9 +65,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "complaint → campaign paused",
         description="Runs its own webhook (and a feedback worker) against the current stack's "
         "Kafka and PostgreSQL, in a scratch database and topics, and POSTs notifications it "
-        "signed in advance (the SES stand-in is not involved); then fills an SQS queue (the "
-        "stack's ElasticMQ, or one started for the run) and drains it with `flashsend events "
-        "pull`. Reports per ingest path (paths.webhook, paths.sqs) events_per_s and "
+        "signed in advance (the SES stand-in is not involved); then POSTs batches of SES events "
+        "to its /firehose as an Amazon Data Firehose delivery stream does; then fills an SQS "
+        "queue (the stack's ElasticMQ, or one started for the run) and drains it with "
+        "`flashsend events pull`. Reports per ingest path (paths.webhook, paths.firehose, "
+        "paths.sqs) events_per_s and "
         "cpu_us_per_event (CPU time of the ingest processes per event: the figure to compare "
         "across runs on a shared machine; the SQS server's apart), the load generator's own "
         "CPU and the machine's other load; the top-level events_per_s is the faster path's "
@@ -111,6 +113,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=int,
         default=8,
         help="concurrent long polls of the SQS path's puller (default %(default)s)",
+    )
+    p.add_argument(
+        "--no-firehose",
+        action="store_true",
+        help="skip the Firehose path (batches POSTed to the webhook's /firehose)",
+    )
+    p.add_argument(
+        "--firehose-batch",
+        type=int,
+        default=FIREHOSE_BATCH,
+        help="SES events per Firehose request (default %(default)s)",
     )
     p.add_argument("--json", action="store_true", help="one JSON line on stdout")
     p.set_defaults(func=cmd_bench)
@@ -226,6 +239,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         agent=not args.ingest_only,
         sqs=not args.no_sqs,
         pullers=args.pullers,
+        firehose=not args.no_firehose,
+        firehose_batch=args.firehose_batch,
     )
     return run_and_print(args, lambda log: run_bench(load_settings(), options, log=log))
 

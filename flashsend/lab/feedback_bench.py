@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import threading
 import time
 import uuid
@@ -42,6 +43,7 @@ from typing import Any
 
 import psutil
 import psycopg
+from pydantic import SecretStr
 
 from flashsend import deliverability
 from flashsend.lab.feedback_run import (
@@ -52,8 +54,9 @@ from flashsend.lab.feedback_run import (
     wait_for,
     with_feedback,
 )
+from flashsend.lab.firehose_bench import bench_firehose_path
 from flashsend.lab.mail_bench import percentile
-from flashsend.lab.sns_load import CONCURRENCY, post_all
+from flashsend.lab.sns_load import CONCURRENCY, FIREHOSE_BATCH, post_all
 from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
 from infra.process import free_port
@@ -73,6 +76,8 @@ class BenchOptions:
     processes: int | None = None  # webhook processes; None: `bench_processes`
     agent: bool = True  # also measure the feedback agent and the complaint → pause delay
     sqs: bool = True  # also measure the SQS path (events pull)
+    firehose: bool = True  # also measure the Firehose path (batches POSTed to /firehose)
+    firehose_batch: int = FIREHOSE_BATCH  # records per Firehose request
     pullers: int = 8  # concurrent long polls of the SQS path's puller
 
 
@@ -180,6 +185,7 @@ def run_bench(
     settings: Settings, options: BenchOptions, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
     key_pem, cert_pem = generate_signing_key()
+    firehose_key = secrets.token_urlsafe(24)
     certs = CertServer(cert_pem)
     base = scratch_settings(settings, "bench")
     processes = options.processes or bench_processes(settings)
@@ -189,6 +195,7 @@ def run_bench(
         feedback_min_sample=MIN_SAMPLE,
         webhook_publish_timeout_s=10.0,
         webhook_processes=processes,
+        firehose_access_keys=SecretStr(firehose_key),
     )
     signer = Signer(s.sns_topic_arns[0], f"http://{certs.authority}/bench-cert.pem", key_pem)
     log_dir = settings.state_dir / "feedback-bench"
@@ -247,6 +254,17 @@ def run_bench(
         }
         log(f"webhook: {path}")
         log(f"machine: {result['machine']}")
+        if options.firehose:
+            fh = bench_firehose_path(
+                webhook,
+                firehose_key,
+                events=options.events,
+                batch=options.firehose_batch,
+                cpu_of=tree_cpu_seconds,
+                busy=machine_busy_seconds,
+            )
+            result["paths"]["firehose"] = fh
+            log(f"firehose: {fh}")
         if options.sqs:
             result["paths"]["sqs"] = _sqs_path(s, options, log_dir, log)
             result["services"]["sqs_server"] = result["paths"]["sqs"]["sqs_server"]
@@ -261,7 +279,7 @@ def run_bench(
         feedback.start(1)
         wait_for("feedback worker to consume the backlog", lambda: feedback_lag(s) == 0, 600, 0.2)
         took = time.monotonic() - t0
-        backlog = produced + warm_up
+        backlog = sum(end_offsets(s, s.topic_mail_events).values())  # every path's records
         result["feedback_agent"] = {
             "backlog_events": backlog,
             "seconds_including_start": round(took, 2),

@@ -140,6 +140,10 @@ class WebhookProcess:
     def sns_url(self) -> str:
         return self.url + deliverability.SNS_PATH
 
+    @property
+    def firehose_url(self) -> str:
+        return self.url + deliverability.FIREHOSE_PATH
+
     def healthy(self) -> bool:
         if self.proc.poll() is not None:
             raise RuntimeError(f"webhook exited; see {self.log_path}")

@@ -1,4 +1,4 @@
-"""A lean SNS-style HTTP/1.1 load generator for the webhook benchmark.
+"""A lean SNS-style HTTP/1.1 load generator for the webhook benchmark (its Firehose path too).
 
 SNS delivers each notification as one POST on a kept-alive connection, one request at a time
 per connection. This does the same with requests whose bytes are built before the clock
@@ -22,6 +22,9 @@ from urllib.parse import urlsplit
 # producer lingers for company, then the broker acknowledges) and a bench measures its own
 # connections: 64 held one webhook process to ~6,000 events/s at 0.74 of a core here.
 CONCURRENCY = 256
+# Records per Firehose delivery request in the benchmark: ~0.7 MB of body, what a stream
+# buffering 1 MiB sends.
+FIREHOSE_BATCH = 500
 
 _CONTENT_LENGTH = b"\r\ncontent-length:"
 
@@ -37,14 +40,23 @@ class WebhookRefused(RuntimeError):
     """The webhook answered something other than 200."""
 
 
-def build_request(host: str, path: str, body: bytes, message_type: str) -> bytes:
-    head = (
-        f"POST {path} HTTP/1.1\r\nHost: {host}\r\n"
-        f"x-amz-sns-message-type: {message_type}\r\n"
-        "Content-Type: text/plain; charset=UTF-8\r\n"
-        "User-Agent: Amazon Simple Notification Service Agent\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
+def sns_headers(message_type: str = "Notification") -> tuple[tuple[str, str], ...]:
+    """The headers SNS sends with each HTTP/S delivery."""
+    return (
+        ("x-amz-sns-message-type", message_type),
+        ("Content-Type", "text/plain; charset=UTF-8"),
+        ("User-Agent", "Amazon Simple Notification Service Agent"),
     )
+
+
+NOTIFICATION_HEADERS = sns_headers()
+
+
+def build_request(
+    host: str, path: str, body: bytes, headers: Sequence[tuple[str, str]] = NOTIFICATION_HEADERS
+) -> bytes:
+    lines = "".join(f"{name}: {value}\r\n" for name, value in headers)
+    head = f"POST {path} HTTP/1.1\r\nHost: {host}\r\n{lines}Content-Length: {len(body)}\r\n\r\n"
     return head.encode() + body
 
 
@@ -108,17 +120,32 @@ class _Connection(asyncio.Protocol):
 
 
 async def post_all(
-    url: str, bodies: Sequence[bytes], concurrency: int, message_type: str = "Notification"
+    url: str,
+    bodies: Sequence[bytes],
+    concurrency: int,
+    headers: Sequence[tuple[str, str]] = NOTIFICATION_HEADERS,
 ) -> PostResult:
-    """POST every body to `url` over `concurrency` connections; raises on any non-200."""
+    """POST every body to `url` over `concurrency` connections, with `headers` (SNS's unless
+    told); raises on any non-200."""
+    parts = urlsplit(url)
+    return await post_requests(
+        url,
+        [build_request(parts.netloc, parts.path or "/", b, headers) for b in bodies],
+        concurrency,
+    )
+
+
+async def post_requests(url: str, requests: Sequence[bytes], concurrency: int) -> PostResult:
+    """Send every ready-made HTTP request (`build_request`) to `url`'s host over
+    `concurrency` connections; raises on any non-200."""
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    queue = deque(build_request(parts.netloc, parts.path or "/", b, message_type) for b in bodies)
+    queue = deque(requests)
     latencies: list[float] = []
     loop = asyncio.get_running_loop()
     cpu0, began = time.process_time(), time.perf_counter()
     waits = []
-    for _ in range(max(1, min(concurrency, len(bodies)))):
+    for _ in range(max(1, min(concurrency, len(requests)))):
         done: asyncio.Future[None] = loop.create_future()
         await loop.create_connection(
             functools.partial(_Connection, queue, latencies, done), host, port
