@@ -67,9 +67,11 @@ def config_from_args(args: argparse.Namespace) -> FaultConfig:
 
 async def serve(args: argparse.Namespace) -> None:
     account = SesAccount(args.state_dir, config_from_args(args), seed=args.seed)
-    # Event publishing: SES events as signed SNS POSTs to subscribed webhooks.
+    # Event publishing: SES events as signed SNS POSTs to subscribed webhooks, and in batches
+    # to the Firehose delivery streams of the configuration sets' event destinations.
     emission = EventEmission(args.state_dir / "events", resume_backlog=args.resume_events)
     account.on_accepted.append(emission.on_accepted)
+    emission.attach_firehose(account.configuration_sets, account.firehose)
     account.sms.on_text.append(emission.on_text_accepted)
     account.sms.on_inbound.append(emission.on_inbound)
     sqs_sink = SqsSink.beside(emission, args.state_dir / "events")  # the same events into SQS

@@ -26,6 +26,7 @@ from infra.ses_standin.errors import (
     TooManyRequests,
 )
 from infra.ses_standin.faults import FaultConfig, FaultDice
+from infra.ses_standin.firehose import DeliveryStreams
 from infra.ses_standin.index import PROMO_VARIABLE, UNTAGGED, MessageIndex
 from infra.ses_standin.journal import JOURNAL_FILE, Journal, LineEncoder, Record
 from infra.ses_standin.limits import RollingCounter, TokenBucket, quota_left
@@ -72,6 +73,7 @@ class SesAccount:
         self.journal = Journal(state_dir / JOURNAL_FILE)
         self.templates = TemplateStore(state_dir / "templates.json")
         self.configuration_sets = ConfigurationSets(state_dir / "configuration-sets.json")
+        self.firehose = DeliveryStreams(state_dir / "firehose-streams.json")
         self.index = MessageIndex()
         self.sent_last_24h = RollingCounter()
         self.bucket = TokenBucket.full(config.max_send_rate, clock())

@@ -4,36 +4,25 @@ CreateConfigurationSet, GetConfigurationSet, DeleteConfigurationSet,
 CreateConfigurationSetEventDestination, GetConfigurationSetEventDestinations,
 UpdateConfigurationSetEventDestination and DeleteConfigurationSetEventDestination, on botocore's
 `sesv2` paths (routes in `server.py`), so `flashsend aws apply` runs unchanged against the
-stand-in. Only stored and answered: sending does not require the configuration set to exist,
-and which events reach whom is decided by the stand-in's subscriptions
-(`/_admin/subscriptions`, `/_admin/sqs-subscriptions`), since the SNS topic an event
-destination names is not emulated. Persisted in `configuration-sets.json` in the state dir,
-rewritten on each change.
+stand-in. Sending does not require the configuration set to exist. For SNS destinations,
+which events reach whom is decided by the stand-in's subscriptions (`/_admin/subscriptions`,
+`/_admin/sqs-subscriptions`), since the SNS topic an event destination names is not emulated.
+A `KinesisFirehoseDestination` is acted on: its matching events go to the delivery stream its
+`DeliveryStreamArn` names (`firehose.py`; `firehose_routes`) while that stream exists and the
+destination is enabled. Persisted in `configuration-sets.json` in the state dir, rewritten on
+each change.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from infra.ses_standin.errors import AlreadyExists, BadRequest, NotFound
 
-EVENT_TYPES = frozenset(
-    {
-        "SEND",
-        "REJECT",
-        "BOUNCE",
-        "COMPLAINT",
-        "DELIVERY",
-        "OPEN",
-        "CLICK",
-        "RENDERING_FAILURE",
-        "DELIVERY_DELAY",
-        "SUBSCRIPTION",
-    }
-)
 DESTINATION_KINDS = (
     "SnsDestination",
     "CloudWatchDestination",
@@ -49,8 +38,24 @@ OPTIONS = (
     "SuppressionOptions",
     "VdmOptions",
 )
+# MatchingEventTypes → the `eventType` of the SES event JSON.
+EVENT_NAMES = {
+    "SEND": "Send",
+    "REJECT": "Reject",
+    "BOUNCE": "Bounce",
+    "COMPLAINT": "Complaint",
+    "DELIVERY": "Delivery",
+    "OPEN": "Open",
+    "CLICK": "Click",
+    "RENDERING_FAILURE": "Rendering Failure",
+    "DELIVERY_DELAY": "DeliveryDelay",
+    "SUBSCRIPTION": "Subscription",
+}
+EVENT_TYPES = frozenset(EVENT_NAMES)
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _TOPIC_ARN = re.compile(r"arn:aws[a-z0-9-]*:sns:[a-z0-9-]+:\d{12}:[^:]+")
+_STREAM_ARN = re.compile(r"arn:aws[a-z0-9-]*:firehose:[a-z0-9-]+:\d{12}:deliverystream/[\w.-]+")
+_ROLE_ARN = re.compile(r"arn:aws[a-z0-9-]*:iam::\d{12}:role/[\w+=,.@/-]+")
 
 
 def _name(value: Any, what: str) -> str:
@@ -73,6 +78,13 @@ def parse_destination(body: Any) -> dict[str, Any]:
         arn = (body["SnsDestination"] or {}).get("TopicArn")
         if not isinstance(arn, str) or _TOPIC_ARN.fullmatch(arn) is None:
             raise BadRequest(f"SnsDestination.TopicArn is not an SNS topic ARN: {arn!r}")
+    if kinds == ["KinesisFirehoseDestination"]:
+        firehose = body["KinesisFirehoseDestination"] or {}
+        stream, role = firehose.get("DeliveryStreamArn"), firehose.get("IamRoleArn")
+        if not isinstance(stream, str) or _STREAM_ARN.fullmatch(stream) is None:
+            raise BadRequest(f"KinesisFirehoseDestination.DeliveryStreamArn is invalid: {stream!r}")
+        if not isinstance(role, str) or _ROLE_ARN.fullmatch(role) is None:
+            raise BadRequest(f"KinesisFirehoseDestination.IamRoleArn is invalid: {role!r}")
     return {
         "Enabled": bool(body.get("Enabled", False)),
         "MatchingEventTypes": list(dict.fromkeys(types)),
@@ -84,6 +96,7 @@ class ConfigurationSets:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.sets: dict[str, dict[str, Any]] = {}
+        self.on_change: list[Callable[[], None]] = []  # run after each change
         if path.exists():
             self.sets = json.loads(path.read_text(encoding="utf-8") or "{}")
 
@@ -135,8 +148,26 @@ class ConfigurationSets:
             raise NotFound(f"Event destination {dest_name} does not exist in <{name}>.")
         self._save()
 
+    def firehose_routes(self) -> dict[str, dict[str, Any]]:
+        """The enabled Firehose event destinations: `"<set>/<destination>"` → the set, the
+        stream ARN and the event types (the event JSON's names) it publishes there."""
+        routes: dict[str, dict[str, Any]] = {}
+        for name, found in self.sets.items():
+            for dest_name, dest in found["destinations"].items():
+                firehose = dest.get("KinesisFirehoseDestination")
+                if not firehose or not dest.get("Enabled"):
+                    continue
+                routes[f"{name}/{dest_name}"] = {
+                    "configuration_set": name,
+                    "stream_arn": firehose["DeliveryStreamArn"],
+                    "event_types": [EVENT_NAMES[t] for t in dest["MatchingEventTypes"]],
+                }
+        return routes
+
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.sets, indent=1), encoding="utf-8")
         tmp.replace(self.path)
+        for hook in self.on_change:
+            hook()

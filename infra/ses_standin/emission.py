@@ -26,6 +26,13 @@ after its retry window.
 | GET  /?Action=ConfirmSubscription&…           | the SubscribeURL (as on sns.<region>…)       |
 | GET  /?Action=Unsubscribe&SubscriptionArn=…   | the UnsubscribeURL of every notification     |
 | GET  /_sns/{name}.pem                         | the signing certificate (SigningCertURL)     |
+| GET  /_admin/firehose                         | Firehose event destinations and each stream's|
+|                                               | deliveries (delivered, retried, dropped)     |
+
+Configuration sets whose event destination is a Firehose delivery stream (`config_sets.py`,
+`firehose.py`) publish there too: the hook tags the message with those destinations
+(`routes`), and the emitter buffers the events per stream and POSTs them in batches
+(`firehose_delivery.py`).
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
+from infra.ses_standin.config_sets import ConfigurationSets
 from infra.ses_standin.errors import BadRequest
 from infra.ses_standin.feedback_plan import (
     DELIVERED,
@@ -53,6 +61,7 @@ from infra.ses_standin.feedback_plan import (
     message_rejected,
     recipient_outcome,
 )
+from infra.ses_standin.firehose import DeliveryStreams
 from infra.ses_standin.journal import Record
 from infra.ses_standin.recipients import parse_address
 from infra.ses_standin.sms import SmsRecord
@@ -101,15 +110,57 @@ class EventEmission:
         self._proc: asyncio.subprocess.Process | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._active = self.subscriptions.confirmed()
+        self._sets: ConfigurationSets | None = None
+        self._streams: DeliveryStreams | None = None
+        self._routes: dict[str, dict[str, Any]] = {}  # Firehose destinations to live streams
+        self._routes_by_set: dict[str, list[str]] = {}
+        self._firehose_changed = False
+
+    # ---- Firehose event destinations ------------------------------------------------------
+
+    def attach_firehose(self, sets: ConfigurationSets, streams: DeliveryStreams) -> None:
+        """Publish to the delivery streams the configuration sets' event destinations name,
+        following every change of either."""
+        self._sets, self._streams = sets, streams
+        sets.on_change.append(self._reroute)
+        streams.on_change.append(self._reroute)
+        self._reroute()
+
+    def _reroute(self) -> None:
+        assert self._sets is not None and self._streams is not None
+        routes: dict[str, dict[str, Any]] = {}
+        by_set: dict[str, list[str]] = {}
+        for route_id, route in self._sets.firehose_routes().items():
+            stream = self._streams.by_arn(route["stream_arn"])
+            if stream is None:  # SES cannot put records to a missing stream: they are lost
+                continue
+            routes[route_id] = {**route, "stream": stream}
+            by_set.setdefault(route["configuration_set"], []).append(route_id)
+        self._routes, self._routes_by_set = routes, by_set
+        self._firehose_changed = True
+        self._wake.set()
+
+    def _firehose_op(self) -> dict[str, Any]:
+        assert self._streams is not None
+        names = sorted({r["stream"] for r in self._routes.values()})
+        return {
+            "op": "firehose",
+            "streams": [self._streams.delivery_config(n) for n in names],
+            "routes": {
+                i: {"stream": r["stream"], "event_types": r["event_types"]}
+                for i, r in self._routes.items()
+            },
+        }
 
     # ---- the send-path hook ---------------------------------------------------------------
 
     def on_accepted(self, record: Record) -> None:
-        if not self._active:
+        if not self._active and not self._routes_by_set:
             return
         configuration_set = record.get("configuration_set")
         subs = [s.id for s in self._active if s.matches(configuration_set)]
-        if not subs:
+        routes = self._routes_by_set.get(configuration_set or "")
+        if not subs and not routes:
             return
         rates = self.rates.get(configuration_set or "", self.rates[ALL])
         campaign = str((record.get("tags") or {}).get("campaign", ""))
@@ -132,6 +183,8 @@ class EventEmission:
         if rejected:
             self._remember(campaign, "rejected", record["message_id"])
         item = {"record": record, "plan": plan, "rejected": rejected, "subs": subs}
+        if routes:
+            item["routes"] = routes
         if engaged:
             item["engaged"] = engaged
         self._buffer.append(item)
@@ -187,7 +240,7 @@ class EventEmission:
                 old = sum(1 for _ in lines)
             backlog.unlink()
             log.warning("events_backlog_dropped events=%d (start with --resume-events)", old)
-        if self.subscriptions.all():
+        if self.subscriptions.all() or self._routes:
             await self._ensure_emitter()
         if backlog.exists():
             await self._send({"op": "resume", "path": str(backlog)})
@@ -240,6 +293,9 @@ class EventEmission:
         )
         self._tasks.append(asyncio.create_task(self._read_stats(self._proc), name="emission-stats"))
         await self._send_subs()
+        if self._streams is not None:
+            self._firehose_changed = False
+            await self._send(self._firehose_op())
         log.info("emitter_started pid=%s", self._proc.pid)
 
     async def _send(self, op: Mapping[str, Any]) -> None:
@@ -254,6 +310,14 @@ class EventEmission:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), FLUSH_EVERY_S)
             self._wake.clear()
+            if self._firehose_changed:  # before any message that names a new destination
+                self._firehose_changed = False
+                try:
+                    await self._ensure_emitter()  # a new emitter is sent the routes at start
+                    await self._send(self._firehose_op())
+                except (OSError, ConnectionError) as exc:
+                    self._firehose_changed = True
+                    log.warning("emitter_write_failed %s", exc)
             for op, items in (("msgs", self._buffer), ("notes", self._notes)):
                 if not items:
                     continue
@@ -310,6 +374,7 @@ class EventEmission:
         router.add_get("/_admin/feedback/engagement", self.get_engagement)
         router.add_post("/_admin/feedback/engagement", self.set_engagement)
         router.add_get("/_admin/feedback", self.feedback)
+        router.add_get("/_admin/firehose", self.firehose)
         router.add_get("/", self.sns_action)
         router.add_get("/_sns/{name}", self.certificate)
         app.on_cleanup.append(lambda _app: self.stop())
@@ -409,6 +474,18 @@ class EventEmission:
                 "campaign": campaign,
                 "counts": self.counts.get(campaign, {}),
                 "addresses": self.injected.get(campaign, {}),
+            }
+        )
+
+    async def firehose(self, request: web.Request) -> web.Response:
+        """The Firehose event destinations in force and each stream's delivery statistics."""
+        return web.json_response(
+            {
+                "routes": self._routes,
+                "streams": self.emitter_stats.get("firehose", {}),
+                "pending": int(self.emitter_stats.get("pending", 0))
+                + len(self._buffer)
+                + len(self._notes),
             }
         )
 

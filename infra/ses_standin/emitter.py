@@ -22,6 +22,9 @@ Protocol (JSON lines; `emission.py` is the other end):
 - stdin  `{"op": "msgs", "items": [{"record", "plan", "rejected", "subs"}, …]}`  accepted mail
 - stdin  `{"op": "notes", "items": [{"subs", "body"}, …]}`  ready-made messages (SMS events)
 - stdin  `{"op": "resume", "path": "…"}`  queue a backlog file written at a previous stop
+- stdin  `{"op": "firehose", "streams": [...], "routes": {id: {"stream", "event_types"}}}`
+  the delivery streams and the configuration sets' Firehose event destinations (a message's
+  `routes` name them); delivered by `firehose_delivery.py`, dropped at stop (never resumed)
 - stdout `{"op": "stats", …}` twice a second.
 
 Delivery follows SNS's HTTP/S rules: a 2xx answer is delivered, any other 4xx is given up at
@@ -51,6 +54,7 @@ from typing import Any
 
 from flashsend import gc_pauses
 from infra.ses_standin.event_records import build_events
+from infra.ses_standin.firehose_delivery import FirehoseDelivery
 from infra.ses_standin.http_post import HttpPoster
 from producers.sns_sign import build_notification, build_subscription_confirmation, sign_message
 
@@ -119,6 +123,8 @@ class Emitter:
     stats: dict[str, SubStats] = field(default_factory=dict)
     events: int = 0
     overflow: int = 0
+    routes: dict[str, dict[str, Any]] = field(default_factory=dict)  # Firehose destinations
+    firehose: FirehoseDelivery = field(init=False)
     _to_sign: deque[Unsigned] = field(default_factory=deque)
     _signing: list[list[Unsigned]] = field(default_factory=list)  # batches in the threads
     _has_work: asyncio.Event = field(default_factory=asyncio.Event)
@@ -126,10 +132,14 @@ class Emitter:
     _posting: set[Delivery] = field(default_factory=set)
     _retrying: dict[Delivery, asyncio.TimerHandle] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.firehose = FirehoseDelivery(self.max_pending)
+
     @property
     def pending(self) -> int:
         return (
-            len(self._to_sign)
+            self.firehose.pending
+            + len(self._to_sign)
             + sum(len(b) for b in self._signing)
             + self._queue.qsize()
             + len(self._posting)
@@ -156,13 +166,17 @@ class Emitter:
                 self._publish(item["subs"], item["body"])
         elif kind == "resume":
             self.resume(Path(op["path"]))
+        elif kind == "firehose":
+            self.firehose.configure(op["streams"])
+            self.routes = op["routes"]
 
     def _plan_message(self, item: dict[str, Any]) -> None:
         targets = [self.subs[s] for s in item["subs"] if s in self.subs]
-        if not targets:
+        routes = [self.routes[r] for r in item.get("routes", ()) if r in self.routes]
+        if not targets and not routes:
             return
         wanted: set[str] | None = set()
-        for sub in targets:
+        for sub in [*targets, *routes]:
             types = sub.get("event_types")
             if types is None:
                 wanted = None
@@ -181,6 +195,10 @@ class Emitter:
             engaged=item.get("engaged"),
         ):
             body = _dumps(event)
+            for route in routes:
+                if event_type in route["event_types"]:
+                    self.events += 1
+                    self.firehose.add(route["stream"], body.encode() + b"\n", self.pending)
             for sub in targets:
                 types = sub.get("event_types")
                 if types is not None and event_type not in types:
@@ -327,6 +345,7 @@ class Emitter:
                 "events": self.events,
                 "overflow": self.overflow,
                 "subs": {k: v.__dict__ for k, v in self.stats.items()},
+                "firehose": self.firehose.stats_dict(),
             }
         )
 
@@ -347,6 +366,9 @@ class Emitter:
             await _cancel([*tasks, reading, orphaned])
             pool.shutdown(wait=False, cancel_futures=True)
             http.close()
+            firehose_left = await self.firehose.stop()
+            if firehose_left:
+                log.info("emitter_stopped firehose_records_dropped=%d", firehose_left)
             self._stopped(unsigned, signed)
 
     def _stopped(self, unsigned: list[Unsigned], signed: list[Delivery]) -> None:

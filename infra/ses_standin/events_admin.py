@@ -83,6 +83,11 @@ class SesEventsAdmin(SesStandinAdmin):
                 raise TimeoutError(f"event emission not drained: pending={state['pending']}")
             time.sleep(0.1)
 
+    def firehose(self) -> dict[str, Any]:
+        """The Firehose event destinations in force and each delivery stream's statistics
+        (delivered_records, delivered_requests, retried_requests, dropped_records, …)."""
+        return cast(dict[str, Any], self._call("GET", "/_admin/firehose"))
+
     def rates(self) -> dict[str, Any]:
         return cast(dict[str, Any], self._call("GET", "/_admin/feedback/rates"))
 

@@ -5,7 +5,8 @@ spends ~150 µs of CPU per request on this machine; this one writes the request 
 the status, the headers it needs and the body (Content-Length, chunked, or until close), a
 few µs. The stand-in is a test double: its CPU is taken from the product it measures.
 
-`post` returns the status code; it raises OSError (refused, reset, closed before an answer)
+`post` returns the status code (`post_reading` the status and the body: Firehose deliveries
+check the answer's requestId); both raise OSError (refused, reset, closed before an answer)
 or TimeoutError (no complete answer within the timeout). Those, like 5xx, are what SNS
 retries. A connection is reused only after a complete answer that allows it.
 """
@@ -138,6 +139,20 @@ class _Connection(asyncio.Protocol):
             if at > len(self._buffer):
                 return False
 
+    def body(self) -> bytes:
+        """The body of the answer just completed (chunks joined)."""
+        raw = bytes(self._buffer[self._body_at :])
+        if self._chunked:
+            out, at = bytearray(), 0
+            while True:
+                line_end = raw.find(b"\r\n", at)
+                size = int(raw[at:line_end].split(b";")[0], 16)
+                if size == 0:
+                    return bytes(out)
+                out += raw[line_end + 2 : line_end + 2 + size]
+                at = line_end + 2 + size + 2
+        return raw if self._length is None else raw[: self._length]
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self.answer is not None and not self.answer.done():
@@ -163,6 +178,16 @@ class HttpPoster:
         self._tls: ssl.SSLContext | None = None
 
     async def post(self, url: str, headers: Sequence[tuple[str, str]], body: bytes) -> int:
+        return (await self._request(url, headers, body, read=False))[0]
+
+    async def post_reading(
+        self, url: str, headers: Sequence[tuple[str, str]], body: bytes
+    ) -> tuple[int, bytes]:
+        return await self._request(url, headers, body, read=True)
+
+    async def _request(
+        self, url: str, headers: Sequence[tuple[str, str]], body: bytes, *, read: bool
+    ) -> tuple[int, bytes]:
         target = self._targets.get(url)
         if target is None:
             target = self._targets[url] = Target.of(url)
@@ -190,11 +215,12 @@ class HttpPoster:
             raise
         finally:
             timer.cancel()
+        answer = conn.body() if read else b""
         if reusable and not conn.closed:
             self._idle.setdefault((target.host, target.port, target.tls), []).append(conn)
         elif conn.transport is not None:
             conn.transport.close()
-        return status
+        return status, answer
 
     async def _connection(self, target: Target, loop: asyncio.AbstractEventLoop) -> _Connection:
         idle = self._idle.get((target.host, target.port, target.tls))

@@ -22,6 +22,9 @@ from aiohttp import web
 from infra.ses_standin.account import SesAccount
 from infra.ses_standin.admin_routes import AdminApi
 from infra.ses_standin.errors import BadRequest, SesError
+from infra.ses_standin.firehose import CONTENT_TYPE as FIREHOSE_CONTENT_TYPE
+from infra.ses_standin.firehose import TARGET_PREFIX as FIREHOSE_TARGET
+from infra.ses_standin.firehose import FirehoseError
 from infra.ses_standin.protocol import (
     parse_bulk_request,
     parse_email_request,
@@ -68,7 +71,10 @@ def build_app(account: SesAccount) -> web.Application:
     router.add_put(sets + "/{name}/event-destinations/{dest}", _ses(update_event_destination))
     router.add_delete(sets + "/{name}/event-destinations/{dest}", _ses(delete_event_destination))
     AdminApi(account).register(app)
-    SmsApi(account, account.sms, _hold_open).register(app)  # pinpoint-sms-voice-v2 on POST /
+    sms = SmsApi(account, account.sms, _hold_open)
+    sms.register(app)
+    # JSON protocols share POST /: pinpoint-sms-voice-v2 and Firehose, told apart by target.
+    router.add_post("/", _by_target(sms.dispatch))
     app.on_shutdown.append(_on_shutdown)
     return app
 
@@ -205,6 +211,39 @@ async def delete_event_destination(request: web.Request, account: SesAccount) ->
     m = request.match_info
     account.configuration_sets.delete_destination(m["name"], m["dest"])
     return ses_json({})
+
+
+def _by_target(sms: Handler) -> Handler:
+    async def dispatch(request: web.Request) -> web.StreamResponse:
+        target = request.headers.get("X-Amz-Target", "")
+        if target.startswith(FIREHOSE_TARGET):
+            return await firehose_call(request, target.removeprefix(FIREHOSE_TARGET))
+        return await sms(request)
+
+    return dispatch
+
+
+async def firehose_call(request: web.Request, operation: str) -> web.StreamResponse:
+    """One Firehose control-plane call (`firehose.py`), JSON 1.1 in and out."""
+    account = request.app[ACCOUNT]
+    headers = {"x-amzn-RequestId": str(uuid.uuid4())}
+    try:
+        raw = await request.read()
+        body = json.loads(raw) if raw else {}
+        if not isinstance(body, dict):
+            raise FirehoseError("SerializationException", "Body must be a JSON object.")
+        answer, status = account.firehose.call(operation, body, time.time()), 200
+    except ValueError:
+        answer, status = FirehoseError("SerializationException", "Body is not JSON.").body(), 400
+    except FirehoseError as exc:
+        answer, status = exc.body(), 400
+        headers["x-amzn-ErrorType"] = exc.code
+    return web.Response(
+        body=_dumps(answer).encode(),
+        status=status,
+        headers=headers,
+        content_type=FIREHOSE_CONTENT_TYPE,
+    )
 
 
 def _ses(operation: Operation) -> Handler:

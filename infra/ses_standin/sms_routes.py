@@ -55,8 +55,7 @@ class SmsApi:
         self.hold_open = hold_open
 
     def register(self, app: web.Application) -> None:
-        router = app.router
-        router.add_post("/", self.dispatch)
+        router = app.router  # POST / (shared with Firehose) is routed by `server.py`
         router.add_get("/_admin/sms/stats", self.stats)
         router.add_get("/_admin/sms/messages", self.messages)
         router.add_post("/_admin/sms/inbound", self.inbound)
