@@ -203,7 +203,7 @@ class Settings(BaseSettings):
 
     # SES events through SQS (SES → SNS → SQS, raw message delivery → `flashsend events pull`)
     # — docs/deliverability.md compares it with the webhook.
-    events_ingest: str = "webhook"  # webhook | sqs: the path `flashsend aws plan` sets up
+    events_ingest: str = "webhook"  # webhook | sqs | firehose: what `flashsend aws plan` sets up
     sqs_port: int = 19324  # local ElasticMQ (loopback only), when "sqs" is a local service
     sqs_endpoint: str | None = None  # None: local ElasticMQ; "": real Amazon SQS
     # Every queued message lives in its heap: 100,000 SES events need more than 128 MB; 512
@@ -217,6 +217,18 @@ class Settings(BaseSettings):
     events_wait_s: int = 20  # long-poll wait of one ReceiveMessage (SQS's maximum)
     events_visibility_s: int = 60  # a message not deleted by then is delivered again
     aws_events_destination: str = "flashsend-events"  # the configuration sets' event destination
+    # SES events through Amazon Data Firehose (SES → delivery stream → POST /firehose of the
+    # webhook, FLASHSEND_FIREHOSE_ACCESS_KEYS' first key) — docs/deliverability.md §15.
+    firehose_stream: str = "flashsend-ses-events"  # the delivery stream `aws apply` makes
+    # IAM roles (name in the sending account, or ARN) that `aws apply` names but does not make:
+    # the one SES assumes to put records into the stream, the one the stream assumes to write
+    # what it could not deliver to the backup bucket.
+    firehose_ses_role: str = "flashsend-ses-to-firehose"
+    firehose_backup_role: str = "flashsend-firehose-backup"
+    firehose_backup_bucket: str = ""  # S3 bucket of undelivered records; empty: <stream>-<account>
+    # Buffering: a request leaves when 1 MiB of events is buffered or 10 s after the oldest.
+    firehose_buffer_mb: int = 1
+    firehose_buffer_s: int = 10
 
     @model_validator(mode="after")
     def _fill_local_endpoints(self) -> Settings:

@@ -3,11 +3,14 @@
 Real AWS when `FLASHSEND_SES_ENDPOINT` and `FLASHSEND_SQS_ENDPOINT` are both empty; local
 when both point at the stack (SES stand-in, ElasticMQ; SNS is skipped: not emulated). A mix
 is refused, as are missing credentials or a topic ARN of another account than the
-credentials' own, before anything is read.
+credentials' own, before anything is read. The firehose path's stream is made with the
+`firehose` client (locally: the stand-in's Firehose API); its IAM roles and S3 bucket are only
+checked, against AWS (`iam`, `s3`), and a missing one stops `apply` before any change.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from flashsend import deliverability
 from flashsend.errors import FlashsendError, UsageError
 from flashsend.settings import Settings
+from infra.aws_firehose import CurrentStream
 from infra.aws_plan import (
     Action,
     Current,
@@ -60,6 +64,14 @@ def options_from(settings: Settings) -> Options:
         event_types=tuple(deliverability.matching_event_types(settings)),
         sms_configuration_set=settings.sms_configuration_set,
         sms_number=settings.sms_origination_identity,
+        firehose_url=deliverability.public_url(settings) + deliverability.FIREHOSE_PATH,
+        firehose_access_key=next(iter(deliverability.firehose_access_keys(settings)), ""),
+        firehose_stream=settings.firehose_stream,
+        firehose_ses_role=settings.firehose_ses_role,
+        firehose_backup_role=settings.firehose_backup_role,
+        firehose_backup_bucket=settings.firehose_backup_bucket,
+        firehose_buffer_mb=settings.firehose_buffer_mb,
+        firehose_buffer_s=settings.firehose_buffer_s,
     )
 
 
@@ -84,6 +96,9 @@ class Clients:
     sns: Any | None  # None locally
     standin: Any | None  # SqsSinkAdmin locally
     sms: Any | None = None  # pinpoint-sms-voice-v2; None locally
+    firehose: Any | None = None
+    iam: Any | None = None  # None locally (not emulated): the roles are not checked
+    s3: Any | None = None  # None locally (not emulated): the bucket is not checked
 
 
 def clients(settings: Settings) -> Clients:
@@ -104,7 +119,20 @@ def clients(settings: Settings) -> Clients:
             config=_CONFIG,
             **local_keys,
         )
-        return Clients(ses, boto3_sqs(settings), None, SqsSinkAdmin(settings.ses_endpoint_url))
+        firehose = boto3.session.Session().client(
+            "firehose",
+            endpoint_url=settings.ses_endpoint_url,
+            region_name=settings.ses_region,
+            config=_CONFIG,
+            **local_keys,
+        )
+        return Clients(
+            ses,
+            boto3_sqs(settings),
+            None,
+            SqsSinkAdmin(settings.ses_endpoint_url),
+            firehose=firehose,
+        )
     session = boto3.session.Session(region_name=settings.ses_region)
     if session.get_credentials() is None:
         raise UsageError(
@@ -127,6 +155,9 @@ def clients(settings: Settings) -> Clients:
         session.client("sns", config=_CONFIG),
         None,
         session.client("pinpoint-sms-voice-v2", config=_CONFIG),
+        firehose=session.client("firehose", config=_CONFIG),
+        iam=session.client("iam", config=_CONFIG),
+        s3=session.client("s3", config=_CONFIG),
     )
 
 
@@ -168,9 +199,54 @@ def read_current(d: Desired, c: Clients) -> Current:
                 if c.sms is not None and d.sms_configuration_set and d.sms_number
                 else None
             ),
+            stream=(
+                _read_stream(c.firehose, d.firehose.name)
+                if c.firehose is not None and d.firehose is not None
+                else None
+            ),
+            missing=_missing(c, d) if c.iam is not None and d.firehose is not None else None,
         )
     except (BotoCoreError, ClientError, OSError) as exc:
         raise AwsSetupError(f"reading the current set-up failed: {exc}") from exc
+
+
+def _read_stream(firehose: Any, name: str) -> CurrentStream | None:
+    try:
+        found = firehose.describe_delivery_stream(DeliveryStreamName=name)
+    except ClientError as exc:
+        if _code(exc) == "ResourceNotFoundException":
+            return None
+        raise
+    description = found["DeliveryStreamDescription"]
+    [destination] = description["Destinations"][:1] or [{}]
+    tags = firehose.list_tags_for_delivery_stream(DeliveryStreamName=name).get("Tags", [])
+    return CurrentStream(
+        status=str(description.get("DeliveryStreamStatus", "")),
+        version=str(description.get("VersionId", "")),
+        destination_id=str(destination.get("DestinationId", "")),
+        http=dict(destination.get("HttpEndpointDestinationDescription") or {}),
+        tags={str(t["Key"]): str(t.get("Value", "")) for t in tags},
+    )
+
+
+def _missing(c: Clients, d: Desired) -> tuple[str, ...]:
+    """ARNs of the stream's IAM roles and bucket that do not exist (or cannot be seen)."""
+    assert d.firehose is not None and c.iam is not None and c.s3 is not None
+    out = []
+    for arn in (d.firehose.ses_role, d.firehose.backup_role):
+        try:
+            c.iam.get_role(RoleName=arn.rpartition("/")[2])
+        except ClientError as exc:
+            if _code(exc) != "NoSuchEntity":
+                raise
+            out.append(arn)
+    try:
+        c.s3.head_bucket(Bucket=d.firehose.bucket, ExpectedBucketOwner=d.account)
+    except ClientError as exc:
+        if _code(exc) not in ("404", "403", "NoSuchBucket"):
+            raise
+        out.append(d.firehose.bucket_arn)
+    return tuple(out)
 
 
 def _read_set(ses: Any, name: str, d: Desired) -> dict[str, dict[str, Any]] | None:
@@ -273,16 +349,46 @@ def execute(action: Action, c: Clients) -> None:
             event_types=params["event_types"],
         )
         return
-    client = {"ses": c.ses, "sqs": c.sqs, "sns": c.sns, "sms": c.sms}[action.service]
+    client = {
+        "ses": c.ses,
+        "sqs": c.sqs,
+        "sns": c.sns,
+        "sms": c.sms,
+        "firehose": c.firehose,
+    }[action.service]
     try:
         getattr(client, action.operation)(**action.params)
+        if action.operation == "create_delivery_stream":
+            _wait_active(c.firehose, action.params["DeliveryStreamName"])
     except (BotoCoreError, ClientError) as exc:
         raise AwsSetupError(f"{action.summary}: {exc}") from exc
+
+
+STREAM_ACTIVE_WAIT_S = 600.0
+
+
+def _wait_active(firehose: Any, name: str) -> None:
+    """A new stream is CREATING for a minute or so; SES and updates want it ACTIVE."""
+    deadline = time.monotonic() + STREAM_ACTIVE_WAIT_S
+    while True:
+        found = firehose.describe_delivery_stream(DeliveryStreamName=name)
+        status = found["DeliveryStreamDescription"]["DeliveryStreamStatus"]
+        if status == "ACTIVE":
+            return
+        if status != "CREATING" or time.monotonic() > deadline:
+            raise AwsSetupError(f"delivery stream {name} is {status}, not ACTIVE")
+        time.sleep(5)
 
 
 def apply(d: Desired, c: Clients, log: Callable[[str], None] = print) -> tuple[Plan, Plan]:
     """Run the plan's calls in order; return (the plan run, the plan afterwards)."""
     before = plan(d, read_current(d, c))
+    if before.missing:
+        raise AwsSetupError(
+            "`apply` does not make IAM roles or S3 buckets, and these do not exist: "
+            + ", ".join(before.missing)
+            + " (`flashsend aws plan --json` prints what each must allow); nothing was changed"
+        )
     for action in before.actions:
         log(f"  {action.service:<7} {action.summary}")
         execute(action, c)
@@ -298,13 +404,23 @@ def plan_json(p: Plan) -> dict[str, Any]:
                 "service": a.service,
                 "operation": a.operation,
                 "summary": a.summary,
-                "params": a.params,
+                "params": _masked(a.params),
             }
             for a in p.actions
         ],
         "up_to_date": list(p.up_to_date),
         "notes": list(p.notes),
+        "missing": list(p.missing),
     }
+
+
+def _masked(value: Any) -> Any:
+    """Params as printed: the stream's access key (a secret) replaced by asterisks."""
+    if isinstance(value, dict):
+        return {k: "***" if k == "AccessKey" else _masked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    return value
 
 
 def describe(d: Desired) -> str:

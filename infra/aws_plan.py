@@ -19,6 +19,12 @@ lets SES publish for those configuration sets only. Then:
 Either way the subscription's own failures (SNS could not deliver at all) go to
 `<queue>-sns-dlq`.
 
+- `firehose`: no SNS, no queue: the event destination is the delivery stream
+  `aws_firehose.py` describes (HTTP endpoint = the webhook's /firehose), which `apply` makes;
+  the IAM roles and the S3 bucket it names are prerequisites `plan` describes and `apply`
+  checks against AWS (`Current.missing`) but never makes. The account comes from the topic
+  ARN (the sending account), as on the other paths.
+
 With an SMS configuration set (`FLASHSEND_SMS_CONFIGURATION_SET`), against AWS only: that
 configuration set (AWS End User Messaging SMS, `pinpoint-sms-voice-v2`) with an event
 destination of the TEXT_* types the feedback loop reads to the same topic, the topic policy
@@ -33,9 +39,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra.aws_firehose import (
+    CurrentStream,
+    FirehoseStream,
+    create_params,
+    default_bucket,
+    describe_prerequisite,
+    differences,
+    prerequisites,
+    role_arn,
+    tag_params,
+    update_params,
+)
 from streams.resolution import OUTCOME_BY_EVENT
 
-PATHS = ("sqs", "webhook")
+PATHS = ("sqs", "webhook", "firehose")
 # The default event types of an event destination (FLASHSEND_SES_EVENT_TYPES sets them).
 SES_EVENT_TYPES = (
     "SEND",
@@ -145,6 +163,13 @@ class Desired:
     unkept_queue_attributes: frozenset[str] = frozenset()
     sms_configuration_set: str = ""  # "": no SMS set-up
     sms_number: str = ""  # the origination identity whose replies go to the topic
+    firehose: FirehoseStream | None = None  # the firehose path's delivery stream
+
+    @property
+    def uses_sns(self) -> bool:
+        """SNS parts are planned (against AWS): every path but firehose, which needs them
+        only for the SMS configuration set's events."""
+        return self.path != "firehose" or bool(self.sms_configuration_set and not self.local)
 
     def queue_arn(self, name: str) -> str:
         return f"arn:aws:sqs:{self.region}:{self.account}:{name}"
@@ -256,6 +281,14 @@ class Options:
     event_types: tuple[str, ...] = SES_EVENT_TYPES  # SESv2 MatchingEventTypes names
     sms_configuration_set: str = ""  # "": the SMS channel is not set up
     sms_number: str = ""  # FLASHSEND_SMS_ORIGINATION_IDENTITY
+    firehose_url: str = ""  # the webhook's public /firehose URL
+    firehose_access_key: str = ""  # the first of FLASHSEND_FIREHOSE_ACCESS_KEYS
+    firehose_stream: str = "flashsend-ses-events"
+    firehose_ses_role: str = "flashsend-ses-to-firehose"  # name or ARN
+    firehose_backup_role: str = "flashsend-firehose-backup"  # name or ARN
+    firehose_backup_bucket: str = ""  # "": default_bucket(stream, account)
+    firehose_buffer_mb: int = 1
+    firehose_buffer_s: int = 10
 
 
 def desired(options: Options, path: str) -> Desired:
@@ -279,11 +312,12 @@ def desired(options: Options, path: str) -> Desired:
         raise ValueError(f"event types {unknown or 'none'}: known {sorted(EVENT_TYPE_NAMES)}")
     if not o.configuration_sets:
         raise ValueError("no configuration set: set FLASHSEND_MARKETING_CONFIGURATION_SET")
-    if path == "webhook" and not o.local and not o.webhook_url.startswith("https://"):
+    if path in ("webhook", "firehose") and not o.local and not o.webhook_url.startswith("https://"):
         raise ValueError(
-            "the webhook path needs the webhook's public https URL in "
-            "FLASHSEND_WEBHOOK_PUBLIC_URL (SNS delivers to https endpoints in production)"
+            f"the {path} path needs the webhook's public https URL in "
+            "FLASHSEND_WEBHOOK_PUBLIC_URL (SNS and Firehose deliver to https endpoints)"
         )
+    firehose = _firehose_stream(o, region, account) if path == "firehose" else None
     check_delivery_policy(HTTP_DELIVERY_POLICY)
     arn = f"arn:aws:sqs:{region}:{account}:"
     sns_dlq = f"{o.queue}-sns-dlq"
@@ -317,6 +351,8 @@ def desired(options: Options, path: str) -> Desired:
             o.webhook_url,
             {"DeliveryPolicy": json.dumps(HTTP_DELIVERY_POLICY), "RedrivePolicy": redrive},
         )
+    if path == "firehose" and not (o.sms_configuration_set and not o.local):
+        queues = {}  # no SNS subscription, so no dead-letter queue for it
     return Desired(
         path=path,
         region=region,
@@ -338,10 +374,35 @@ def desired(options: Options, path: str) -> Desired:
         queues=queues,
         subscription=subscription,
         unkept_queue_attributes=(
-            frozenset({"Policy", "MessageRetentionPeriod"}) if o.local else frozenset()
+            frozenset({"Policy", "MessageRetentionPeriod"}) if o.local and queues else frozenset()
         ),
         sms_configuration_set=o.sms_configuration_set,
         sms_number=o.sms_number,
+        firehose=firehose,
+    )
+
+
+def _firehose_stream(o: Options, region: str, account: str) -> FirehoseStream:
+    if not o.firehose_access_key:
+        raise ValueError(
+            "the firehose path needs FLASHSEND_FIREHOSE_ACCESS_KEYS: the stream presents its "
+            "first key to the webhook's /firehose"
+        )
+    if not 1 <= o.firehose_buffer_mb <= 64 or not 0 <= o.firehose_buffer_s <= 900:
+        raise ValueError(
+            "FLASHSEND_FIREHOSE_BUFFER_MB must be 1..64 and FLASHSEND_FIREHOSE_BUFFER_S 0..900"
+        )
+    return FirehoseStream(
+        name=o.firehose_stream,
+        region=region,
+        account=account,
+        url=o.firehose_url,
+        access_key=o.firehose_access_key,
+        ses_role=role_arn(o.firehose_ses_role, account),
+        backup_role=role_arn(o.firehose_backup_role, account),
+        bucket=o.firehose_backup_bucket or default_bucket(o.firehose_stream, account),
+        size_mb=o.firehose_buffer_mb,
+        interval_s=o.firehose_buffer_s,
     )
 
 
@@ -371,6 +432,10 @@ class Current:
     # The origination phone number (DescribePhoneNumbers), None: not a phone number of the
     # account (a pool or a sender id: two-way is set on its numbers by hand).
     sms_phone_number: dict[str, Any] | None = None
+    # The firehose path's delivery stream (None: none of that name).
+    stream: CurrentStream | None = None
+    # ARNs of the stream's IAM roles and bucket found missing in AWS; None: not checked (local).
+    missing: tuple[str, ...] | None = None
 
 
 # ---- the plan ---------------------------------------------------------------------------------
@@ -389,6 +454,8 @@ class Plan:
     actions: tuple[Action, ...]
     up_to_date: tuple[str, ...]
     notes: tuple[str, ...]
+    # What `apply` needs and does not make (IAM roles, S3 bucket) and found missing: it stops.
+    missing: tuple[str, ...] = ()
 
     @property
     def changes(self) -> int:
@@ -470,7 +537,7 @@ def plan(d: Desired, c: Current) -> Plan:
             "(AWS keeps them: the unit tests check they are planned)"
         )
 
-    if d.local:
+    if d.local and d.path != "firehose":
         notes.append(
             "SNS is not emulated locally: the topic, its policy and the subscription are planned "
             "only against AWS; locally the SES stand-in delivers to the "
@@ -482,9 +549,13 @@ def plan(d: Desired, c: Current) -> Plan:
         )
         if d.path == "sqs":
             actions.extend(_standin_subscription(d, c, ok))
-    else:
+    elif d.uses_sns:
         actions.extend(_topic(d, c, ok))
         actions.extend(_subscription(d, c, ok, notes))
+    missing: tuple[str, ...] = ()
+    if d.firehose is not None:  # the stream before the event destinations that name it
+        actions.extend(_stream(d.firehose, c.stream, ok))
+        missing = _prerequisites(d, c, notes)
 
     for name in d.configuration_sets:
         actions.extend(_configuration_set(d, name, c.configuration_sets.get(name), ok, notes))
@@ -497,7 +568,56 @@ def plan(d: Desired, c: Current) -> Plan:
         else:
             actions.extend(_sms_configuration_set(d, c.sms_destinations, ok, notes))
             actions.extend(_sms_two_way(d, c.sms_phone_number, ok, notes))
-    return Plan(tuple(actions), tuple(ok), tuple(notes))
+    return Plan(tuple(actions), tuple(ok), tuple(notes), missing)
+
+
+def _stream(s: FirehoseStream, current: CurrentStream | None, ok: list[str]) -> list[Action]:
+    what = f"Firehose delivery stream {s.name}"
+    how = (
+        f"→ {s.url}, {s.size_mb} MiB / {s.interval_s} s buffers, gzip, retries for "
+        f"{s.retry_s // 60} min, then s3://{s.bucket}"
+    )
+    if current is None:
+        return [
+            Action("firehose", "create_delivery_stream", create_params(s), f"create {what} {how}")
+        ]
+    changed = differences(s, current)
+    if not changed:
+        ok.append(what)
+        return []
+    actions = [
+        Action(
+            "firehose",
+            "update_destination",
+            update_params(s, current),
+            f"update {what}: {', '.join(changed)}",
+        )
+    ]
+    if "access key" in changed:
+        actions.append(
+            Action(
+                "firehose",
+                "tag_delivery_stream",
+                tag_params(s),
+                f"tag {what} with its new access key's SHA-256",
+            )
+        )
+    return actions
+
+
+def _prerequisites(d: Desired, c: Current, notes: list[str]) -> tuple[str, ...]:
+    assert d.firehose is not None
+    needed = prerequisites(d.firehose)
+    if c.missing is None:
+        notes.append(
+            "IAM and S3 are not emulated locally: the stream and the event destinations name "
+            "the roles and the bucket below, which are neither made nor checked here (against "
+            "AWS `apply` checks they exist and stops if not; it never makes them)"
+        )
+    else:
+        notes.append("`apply` does not make IAM roles or S3 buckets: they must exist")
+    notes.extend(describe_prerequisite(p) for p in needed)
+    return tuple(p["arn"] for p in needed if c.missing and p["arn"] in c.missing)
 
 
 def _configuration_set_if_missing(
@@ -721,11 +841,16 @@ def _configuration_set(
     ok: list[str],
     notes: list[str],
 ) -> list[Action]:
-    wanted = {
-        "Enabled": True,
-        "MatchingEventTypes": list(d.event_types),
-        "SnsDestination": {"TopicArn": d.topic_arn},
-    }
+    wanted: dict[str, Any] = {"Enabled": True, "MatchingEventTypes": list(d.event_types)}
+    if d.firehose is not None:
+        where = f"Firehose {d.firehose.name}"
+        wanted["KinesisFirehoseDestination"] = {
+            "IamRoleArn": d.firehose.ses_role,
+            "DeliveryStreamArn": d.firehose.arn,
+        }
+    else:
+        where = "SNS"
+        wanted["SnsDestination"] = {"TopicArn": d.topic_arn}
     actions = _configuration_set_if_missing("ses", name, destinations)
     destinations = destinations or {}
     have = destinations.get(d.destination)
@@ -741,7 +866,7 @@ def _configuration_set(
                 "ses",
                 "create_configuration_set_event_destination",
                 params,
-                f"add event destination {d.destination} to {name} ({types} → SNS)",
+                f"add event destination {d.destination} to {name} ({types} → {where})",
             )
         )
     elif not _same_destination(have, wanted):
@@ -750,7 +875,7 @@ def _configuration_set(
                 "ses",
                 "update_configuration_set_event_destination",
                 params,
-                f"update event destination {d.destination} of {name} ({types} → SNS)",
+                f"update event destination {d.destination} of {name} ({types} → {where})",
             )
         )
     else:
@@ -762,9 +887,9 @@ def _configuration_set(
 
 
 def _same_destination(have: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    kinds = ("SnsDestination", "KinesisFirehoseDestination")
     return (
         bool(have.get("Enabled")) == wanted["Enabled"]
         and sorted(have.get("MatchingEventTypes") or []) == sorted(wanted["MatchingEventTypes"])
-        and (have.get("SnsDestination") or {}).get("TopicArn")
-        == wanted["SnsDestination"]["TopicArn"]
+        and all((have.get(k) or None) == wanted.get(k) for k in kinds)
     )

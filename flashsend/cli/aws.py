@@ -22,7 +22,14 @@ What production needs so that no bounce or complaint is lost, whatever is down o
   path webhook (--path webhook):
         an HTTPS subscription to FLASHSEND_WEBHOOK_PUBLIC_URL/sns whose delivery policy
         retries for ~59 minutes (AWS's limit is one hour)
-  both  the subscription's dead-letter queue <queue>-sns-dlq
+  path firehose (--path firehose, batches: the most events per webhook core):
+        the event destination → Firehose stream FLASHSEND_FIREHOSE_STREAM: HTTP endpoint
+        FLASHSEND_WEBHOOK_PUBLIC_URL/firehose with the first FLASHSEND_FIREHOSE_ACCESS_KEYS
+        key, gzip, FLASHSEND_FIREHOSE_BUFFER_MB / _S buffers, retries for 2 hours (the
+        maximum), then undelivered records to S3 FLASHSEND_FIREHOSE_BACKUP_BUCKET. Not made:
+        the IAM roles FLASHSEND_FIREHOSE_SES_ROLE and _BACKUP_ROLE and the bucket (`plan`
+        says what each must allow; against AWS `apply` checks they exist); no SNS, no queue
+  sqs, webhook: the subscription's dead-letter queue <queue>-sns-dlq
 
 `plan` only reads and prints what `apply` would change; `apply` makes the calls (boto3) and
 checks again: a second `apply` changes nothing and says so. Real AWS when
@@ -56,7 +63,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         )
         p.add_argument(
             "--path",
-            choices=("sqs", "webhook"),
+            choices=("sqs", "webhook", "firehose"),
             default=None,
             help="ingest path (default: FLASHSEND_EVENTS_INGEST, which defaults to webhook)",
         )
@@ -68,20 +75,24 @@ def _path(args: argparse.Namespace, default: str) -> str:
     from flashsend.errors import UsageError
 
     path = args.path or default
-    if path not in ("sqs", "webhook"):
-        raise UsageError(f"FLASHSEND_EVENTS_INGEST must be sqs or webhook, not {path!r}")
+    if path not in ("sqs", "webhook", "firehose"):
+        raise UsageError(f"FLASHSEND_EVENTS_INGEST must be sqs, webhook or firehose, not {path!r}")
     return str(path)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from infra.aws_apply import clients, describe, desired_for, plan_json, read_current
+    from infra.aws_firehose import prerequisites
     from infra.aws_plan import plan
 
     settings = load_settings()
     d = desired_for(settings, _path(args, settings.events_ingest))
     p = plan(d, read_current(d, clients(settings)))
     if args.json:
-        print(json.dumps({"path": d.path, "local": d.local, **plan_json(p)}))
+        out = {"path": d.path, "local": d.local, **plan_json(p)}
+        if d.firehose is not None:
+            out["prerequisites"] = prerequisites(d.firehose)
+        print(json.dumps(out))
         return 0
     print(describe(d))
     for a in p.actions:
@@ -90,6 +101,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"  = {line}: up to date")
     for note in p.notes:
         print(f"  note: {note}")
+    for arn in p.missing:
+        print(f"  ! missing (not made by `apply`): {arn}")
     print(
         f"{p.changes} change(s): `flashsend aws apply` makes them"
         if p.changes

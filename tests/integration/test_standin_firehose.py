@@ -11,6 +11,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from pydantic import SecretStr
 
 from flashsend.lab.feedback_run import wait_for, with_feedback
@@ -205,3 +206,83 @@ def test_records_are_dropped_and_counted_once_the_retry_duration_is_over(
     stats = stream_stats(s, stream)
     assert stats["delivered_records"] == 0 and stats["retried_requests"] >= 1
     assert stats["buffered"] == stats["in_flight"] == 0
+
+
+def test_aws_apply_sets_up_the_firehose_path_at_the_standin_idempotently(
+    fh_settings: Settings,
+) -> None:
+    from infra.aws_apply import apply, clients, desired_for, plan_json, read_current
+    from infra.aws_plan import plan
+
+    suffix = uuid.uuid4().hex[:6]
+    s = fh_settings.model_copy(
+        update={
+            "transactional_configuration_set": f"transactional-{suffix}",
+            "firehose_stream": f"flashsend-events-{suffix}",
+            "firehose_buffer_s": 1,
+        }
+    )
+    d = desired_for(s, "firehose")
+    c = clients(s)
+    before, after = apply(d, c, log=lambda _m: None)
+    assert before.changes == 5 and after.changes == 0  # stream, 2 sets, 2 destinations
+    assert KEY not in str(plan_json(before))
+    again, _ = apply(d, c, log=lambda _m: None)
+    assert again.changes == 0 and again.up_to_date
+
+    http = c.firehose.describe_delivery_stream(DeliveryStreamName=s.firehose_stream)[
+        "DeliveryStreamDescription"
+    ]["Destinations"][0]["HttpEndpointDestinationDescription"]
+    assert http["EndpointConfiguration"]["Url"] == f"http://127.0.0.1:{s.webhook_port}/firehose"
+    assert http["RetryOptions"] == {"DurationInSeconds": 7200}
+    assert http["RequestConfiguration"]["ContentEncoding"] == "GZIP"
+    for name in d.configuration_sets:
+        [dest] = c.ses.get_configuration_set_event_destinations(ConfigurationSetName=name)[
+            "EventDestinations"
+        ]
+        assert dest["KinesisFirehoseDestination"]["DeliveryStreamArn"].endswith(
+            "/" + s.firehose_stream
+        )
+
+    # End to end through what apply made: mail of the marketing set reaches the webhook.
+    webhook = WebhookThread(s, relay=False)
+    try:
+        addresses = [f"a{i}@fh-{suffix}.flashsend.test" for i in range(20)]
+        send(s, addresses, campaign="5454")
+        expected = expected_events(s, "5454", addresses)
+        assert landed(s, sum(expected.values())) == expected
+    finally:
+        webhook.stop()
+
+    # A rotated key: the stream is given the new first key, then nothing is left to do.
+    rotated = s.model_copy(update={"firehose_access_keys": SecretStr(f"new-{KEY},{KEY}")})
+    d2 = desired_for(rotated, "firehose")
+    changes = plan(d2, read_current(d2, c)).actions
+    assert [a.operation for a in changes] == ["update_destination", "tag_delivery_stream"]
+    _, left = apply(d2, c, log=lambda _m: None)
+    assert left.changes == 0
+
+
+class NoSuchThing:
+    """AWS's IAM and S3 (not emulated here) answering that nothing exists."""
+
+    def get_role(self, RoleName: str) -> Any:
+        raise ClientError({"Error": {"Code": "NoSuchEntity"}}, "GetRole")
+
+    def head_bucket(self, **_kw: Any) -> Any:
+        raise ClientError({"Error": {"Code": "404"}}, "HeadBucket")
+
+
+def test_aws_apply_stops_before_any_change_when_a_role_or_the_bucket_is_missing(
+    fh_settings: Settings,
+) -> None:
+    from infra.aws_apply import AwsSetupError, apply, clients, desired_for
+
+    s = fh_settings.model_copy(update={"firehose_stream": f"fh-{uuid.uuid4().hex[:6]}"})
+    d = desired_for(s, "firehose")
+    c = clients(s)
+    c.iam = c.s3 = NoSuchThing()
+    with pytest.raises(AwsSetupError, match="does not make IAM roles or S3 buckets") as stopped:
+        apply(d, c, log=lambda _m: None)
+    assert d.firehose is not None and d.firehose.bucket_arn in str(stopped.value)
+    assert s.firehose_stream not in c.firehose.list_delivery_streams()["DeliveryStreamNames"]
