@@ -25,7 +25,6 @@ may list the stream's tags.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -222,7 +221,3 @@ def describe_prerequisite(p: dict[str, Any]) -> str:
     allowed = p["permissions"]["Statement"][0]["Action"]
     actions = allowed if isinstance(allowed, str) else ", ".join(allowed)
     return f"IAM role {p['arn']} ({p['what']}): trusts {trusted}, allows {actions}"
-
-
-def policy_json(p: dict[str, Any]) -> str:
-    return json.dumps({k: p[k] for k in ("trust", "permissions") if k in p}, sort_keys=True)

@@ -420,6 +420,7 @@ class EventEmission:
                 "events": self.emitter_stats.get("events", 0),
                 "overflow": self.emitter_stats.get("overflow", 0),
                 "dropped": self.dropped,
+                "firehose": self.emitter_stats.get("firehose", {}),  # per delivery stream
                 "planned_messages": self.planned,
                 "certificate_url": self.cert_url() if self.cert_path.exists() else None,
             }
