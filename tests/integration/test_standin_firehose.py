@@ -4,9 +4,11 @@ mail.events (Kafka)."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import boto3
@@ -286,3 +288,51 @@ def test_aws_apply_stops_before_any_change_when_a_role_or_the_bucket_is_missing(
         apply(d, c, log=lambda _m: None)
     assert d.firehose is not None and d.firehose.bucket_arn in str(stopped.value)
     assert s.firehose_stream not in c.firehose.list_delivery_streams()["DeliveryStreamNames"]
+
+
+class WrongAnswers:
+    """An endpoint answering every delivery 200 without echoing its requestId, counting them."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                endpoint.requests += 1
+                body = b'{"requestId": "not-yours", "timestamp": 0}'
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/firehose"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_200_that_does_not_echo_the_request_id_is_not_a_delivery(fh_settings: Settings) -> None:
+    s = fh_settings
+    endpoint = WrongAnswers()
+    try:
+        stream = firehose_destination(s, endpoint.url, interval_s=0, retry_s=1, gzip=False)
+        addresses = [f"w{i}@fh-{uuid.uuid4().hex[:6]}.flashsend.test" for i in range(10)]
+        send(s, addresses, campaign="5555")
+        total = sum(expected_events(s, "5555", addresses).values())
+        wait_for(
+            "every record dropped",
+            lambda: stream_stats(s, stream).get("dropped_records") == total,
+            30,
+        )
+        assert stream_stats(s, stream)["delivered_records"] == 0
+        assert endpoint.requests >= 2  # tried again before giving up
+    finally:
+        endpoint.close()
