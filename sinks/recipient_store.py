@@ -296,12 +296,13 @@ class RecipientStore:
 
     async def record_results(
         self, campaign_id: int, results: Sequence[RowResult], attempts: Sequence[int]
-    ) -> None:
-        """Record outcomes of rows claimed with `attempts` (one per result, in order)."""
+    ) -> int:
+        """Record outcomes of rows claimed with `attempts` (one per result, in order). Returns
+        how many rows changed: a row no longer under its claim (the lease took it) does not."""
         try:
             async with self._pool.connection() as conn:
                 own = await self._partition_sql(conn, campaign_id)
-                await conn.execute(
+                cur = await conn.execute(
                     _RECORD_VIA_PARENT if own is None else own.record,
                     {
                         "campaign_id": campaign_id,
@@ -312,6 +313,7 @@ class RecipientStore:
                         "attempts": int_array(attempts),
                     },
                 )
+                return cur.rowcount
         except psycopg.Error as exc:
             raise self._unavailable(exc) from exc
 

@@ -312,9 +312,7 @@ class Lane:
         self._has_rows.clear()
         self._has_room.set()
         for cid, group in _by_campaign(queued).items():
-            await self._sender.record(
-                cid, [RowResult(r.seq, "pending", reason, None) for r in group]
-            )
+            await self._sender.record_rows(cid, group, "pending", reason)
 
     async def drain(self) -> None:
         while self._rows or self._inflight:
@@ -464,7 +462,7 @@ class Lane:
                 await self._resumed.wait()
             if self.revoked:
                 reason = "worker_stopped" if self._draining else "rebalanced"
-                await s.record(cid, [RowResult(r.seq, "pending", reason, None) for r in rows])
+                await s.record_rows(cid, rows, "pending", reason)
                 return
             campaign = s.campaigns.get(cid)
             if campaign is None or campaign.status != "sending" or not s.campaigns.is_fresh():
@@ -514,9 +512,7 @@ class Lane:
                         self._learn_lead(time.monotonic() - asked)
                         if not await self._wait_room(pacer, units):
                             back = [*batch, *rows]  # nothing of them was sent
-                            await s.record(
-                                cid, [RowResult(r.seq, "pending", "rebalanced", None) for r in back]
-                            )
+                            await s.record_rows(cid, back, "pending", "rebalanced")
                             return
                         # Counted from here: SES sees nothing of the call before this instant,
                         # and the window has room for it now.
@@ -536,16 +532,23 @@ class Lane:
                 aimd.on_throttle(now)
             elif aimd.ceiling > 0 and aimd.rate < aimd.ceiling:
                 aimd.on_success(now)
-            await s.record(cid, outcome.final)
+            # One claim per row in `batch` (enter_call): each outcome under its row's claim.
+            claim_of = {r.seq: r.attempt for r in batch}
+            recorded = await s.record(cid, outcome.final, [claim_of[r.seq] for r in outcome.final])
+            if recorded < len(outcome.final):
+                log.warning(
+                    "campaign %s: %d outcome(s) of a call not recorded: their rows were no "
+                    "longer claimed here (their lease expired during the call)",
+                    cid,
+                    len(outcome.final) - recorded,
+                )
             if outcome.pause_reason:
                 await s.pause(cid, outcome.pause_reason)
             if outcome.retry:
                 attempt += 1
                 if attempt > s.config.max_retries:
                     reason = f"retry_exhausted:{outcome.retry_reason}"
-                    await s.record(
-                        cid, [RowResult(r.seq, "pending", reason, None) for r in outcome.retry]
-                    )
+                    await s.record_rows(cid, outcome.retry, "pending", reason)
                 else:
                     # Nothing of them was sent: out of their call while they wait, so a crash
                     # now leaves them pending for another worker, not unknown.
@@ -638,8 +641,6 @@ class CampaignSender:
         # Partitions a claim found owned by another worker, with the epoch this worker held:
         # their records are dropped until this worker holds a newer epoch (is assigned them).
         self._lost: dict[int, int | None] = {}
-        # The claim token (`attempts`) of every row claimed here and not yet recorded.
-        self._claims: dict[tuple[int, int], int] = {}
         self.stats: dict[str, int] = {
             "claim_rounds": 0,
             "claimed": 0,
@@ -873,7 +874,6 @@ class CampaignSender:
         partition_of = {key: p for p, ks in keys.items() for _, key in ks}
         for row in outcome.claimed:
             by_partition.setdefault(partition_of[(row.campaign_id, row.seq)], []).append(row)
-            self._claims[(row.campaign_id, row.seq)] = row.attempt
         for partition, rows in by_partition.items():
             self._lost_now(partition)  # claimed under a newer epoch: its lane runs again
             lane = self._lane(partition)
@@ -1001,16 +1001,28 @@ class CampaignSender:
 
     # ---- the lane side --------------------------------------------------------------------
 
-    async def record(self, campaign_id: int, results: Sequence[RowResult]) -> None:
+    async def record(
+        self, campaign_id: int, results: Sequence[RowResult], attempts: Sequence[int]
+    ) -> int:
+        """Record `results`, each under the claim it is for (`attempts`, in order): a row
+        claimed here more than once (its lease ran out in the lane and it was claimed again)
+        has a result only for the claim that made it. Returns how many rows changed: a row
+        no longer under that claim keeps what it has."""
         if not results:
-            return
-        claims = self._claims
-        attempts = [claims.pop((campaign_id, r.seq), -1) for r in results]
-        await self._retry(self.store.record_results, campaign_id, results, attempts)
+            return 0
+        recorded: int = await self._retry(self.store.record_results, campaign_id, results, attempts)
         for r in results:
             if r.status in self.stats:
                 self.stats[r.status] += 1
         metrics.count_results(campaign_id, results)
+        return recorded
+
+    async def record_rows(
+        self, campaign_id: int, rows: Sequence[ClaimedRecipient], status: str, reason: str
+    ) -> None:
+        """One outcome (no message id) for each of `rows`, under each row's own claim."""
+        results = [RowResult(r.seq, status, reason, None) for r in rows]
+        await self.record(campaign_id, results, [r.attempt for r in rows])
 
     def row_cost(self, campaign: LiveCampaign) -> Callable[[ClaimedRecipient], int] | None:
         """What one row costs against the campaign's rate limit, when not one unit each: its
@@ -1028,14 +1040,19 @@ class CampaignSender:
     ) -> list[ClaimedRecipient]:
         """Right before the request: the rows that enter the call. The others were skipped
         (opted out or suppressed while they waited in the lane) or are no longer this
-        worker's claim (their lease expired before their call); neither is sent."""
-        entered, skipped = await self._retry(self.store.enter_call, campaign_id, rows)
+        worker's claim (their lease expired before their call; the row may since have been
+        claimed again, here too); neither is sent. Of two claims of one row in `rows` only the
+        newer can be current (each claim increments `attempts`): the older one never goes to
+        the statement, whose answer names rows by seq."""
+        newest: dict[int, ClaimedRecipient] = {}
+        for r in rows:
+            if r.seq not in newest or r.attempt > newest[r.seq].attempt:
+                newest[r.seq] = r
+        current = [r for r in rows if newest[r.seq] is r]
+        entered, skipped = await self._retry(self.store.enter_call, campaign_id, current)
         if len(entered) == len(rows):
             return rows
-        kept = [r for r in rows if r.seq in entered]
-        for r in rows:
-            if r.seq not in entered:
-                self._claims.pop((campaign_id, r.seq), None)
+        kept = [r for r in current if r.seq in entered]
         self.stats["skipped"] += skipped
         metrics.count_skipped([campaign_id], skipped)
         lost = len(rows) - len(kept) - skipped
@@ -1058,7 +1075,7 @@ class CampaignSender:
             results = [RowResult(r.seq, "cancelled", "campaign_cancelled", None) for r in rows]
         else:
             results = [RowResult(r.seq, "pending", f"released:{status}", None) for r in rows]
-        await self.record(campaign_id, results)
+        await self.record(campaign_id, results, [r.attempt for r in rows])
 
     async def pause(self, campaign_id: int, reason: str) -> None:
         if await self._retry(self.store.pause_campaign, campaign_id, reason):
