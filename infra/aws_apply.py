@@ -385,7 +385,8 @@ def apply(d: Desired, c: Clients, log: Callable[[str], None] = print) -> tuple[P
     before = plan(d, read_current(d, c))
     if before.missing:
         raise AwsSetupError(
-            "`apply` does not make IAM roles or S3 buckets, and these do not exist: "
+            "`apply` does not make IAM roles or S3 buckets, and these do not exist (or these "
+            "credentials cannot see them): "
             + ", ".join(before.missing)
             + " (`flashsend aws plan --json` prints what each must allow); nothing was changed"
         )

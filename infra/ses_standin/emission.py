@@ -133,6 +133,9 @@ class EventEmission:
         for route_id, route in self._sets.firehose_routes().items():
             stream = self._streams.by_arn(route["stream_arn"])
             if stream is None:  # SES cannot put records to a missing stream: they are lost
+                log.warning(
+                    "firehose_stream_missing destination=%s arn=%s", route_id, route["stream_arn"]
+                )
                 continue
             routes[route_id] = {**route, "stream": stream}
             by_set.setdefault(route["configuration_set"], []).append(route_id)

@@ -158,9 +158,14 @@ class DeliveryStreams:
             self.streams = json.loads(path.read_text(encoding="utf-8") or "{}")
 
     def by_arn(self, arn: str) -> str | None:
-        """The name of the stream with this ARN, if it exists."""
-        name = arn.rpartition("deliverystream/")[2]
-        return name if name in self.streams and stream_arn(name, self.region) == arn else None
+        """The name of the stream an ARN names, if it exists. The stand-in is one account in
+        one Region: the ARN's Region and account are not compared, so a client configured
+        for another Region (whose ARNs it computes itself) still reaches its stream."""
+        parts = arn.split(":", 5)
+        if len(parts) != 6 or parts[2] != "firehose":
+            return None
+        name = parts[5].removeprefix("deliverystream/")
+        return name if name in self.streams else None
 
     def delivery_config(self, name: str) -> Json:
         return delivery_config(name, self.streams[name]["destination"])

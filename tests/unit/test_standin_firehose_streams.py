@@ -141,3 +141,12 @@ def test_firehose_event_destinations_route_their_enabled_types(tmp_path: Path) -
             },
             create=True,
         )
+
+
+def test_a_stream_arn_is_matched_by_name_in_the_one_account_and_region(tmp_path: Path) -> None:
+    streams = DeliveryStreams(tmp_path / "streams.json")
+    create(streams)
+    assert streams.by_arn(stream_arn("s")) == "s"
+    assert streams.by_arn("arn:aws:firehose:eu-west-1:123456789012:deliverystream/s") == "s"
+    assert streams.by_arn(stream_arn("other")) is None
+    assert streams.by_arn("arn:aws:sns:us-east-1:000000000000:s") is None
