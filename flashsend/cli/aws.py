@@ -13,8 +13,10 @@ What production needs so that no bounce or complaint is lost, whatever is down o
   SES   configuration sets FLASHSEND_MARKETING_CONFIGURATION_SET and
         FLASHSEND_TRANSACTIONAL_CONFIGURATION_SET, each with the event destination
         FLASHSEND_AWS_EVENTS_DESTINATION: Send, Reject, Bounce, Complaint, Delivery,
-        DeliveryDelay, Rendering Failure (Open and Click off) → the SNS topic
+        DeliveryDelay, Rendering Failure (Open and Click off) → the SNS topic (path
+        firehose: the delivery stream)
   SNS   the topic FLASHSEND_SNS_TOPIC_ARNS (first), SES allowed to publish for those sets only
+        (not on the firehose path, unless the SMS configuration set needs it, against AWS)
   path sqs (--path sqs, the one for volume):
         SQS queue FLASHSEND_SQS_QUEUE (14 days, long polling, redrive to <queue>-dlq after
         FLASHSEND_SQS_MAX_RECEIVE_COUNT receives, only the topic may send) and a raw-delivery
@@ -28,7 +30,7 @@ What production needs so that no bounce or complaint is lost, whatever is down o
         key, gzip, FLASHSEND_FIREHOSE_BUFFER_MB / _S buffers, retries for 2 hours (the
         maximum), then undelivered records to S3 FLASHSEND_FIREHOSE_BACKUP_BUCKET. Not made:
         the IAM roles FLASHSEND_FIREHOSE_SES_ROLE and _BACKUP_ROLE and the bucket (`plan`
-        says what each must allow; against AWS `apply` checks they exist); no SNS, no queue
+        says what each must allow; against AWS `apply` checks they exist); no queue
   sqs, webhook: the subscription's dead-letter queue <queue>-sns-dlq
 
 `plan` only reads and prints what `apply` would change; `apply` makes the calls (boto3) and
