@@ -132,10 +132,11 @@ def parse_http_destination(body: Any, old: Json | None = None) -> Json:
     return stored
 
 
-def delivery_config(name: str, destination: Json) -> Json:
+def delivery_config(name: str, destination: Json, region: str = "us-east-1") -> Json:
     """What the emitter needs of a stream to deliver to it."""
     return {
         "name": name,
+        "arn": stream_arn(name, region),
         "url": destination["EndpointConfiguration"]["Url"],
         "access_key": destination["EndpointConfiguration"].get("AccessKey", ""),
         "size_mb": destination["BufferingHints"]["SizeInMBs"],
@@ -168,7 +169,7 @@ class DeliveryStreams:
         return name if name in self.streams else None
 
     def delivery_config(self, name: str) -> Json:
-        return delivery_config(name, self.streams[name]["destination"])
+        return delivery_config(name, self.streams[name]["destination"], self.region)
 
     def _get(self, body: Json) -> tuple[str, Json]:
         name = body.get("DeliveryStreamName")

@@ -44,6 +44,7 @@ USER_AGENT = ("User-Agent", "Amazon Kinesis Data Firehose Agent/1.0")
 @dataclass(frozen=True)
 class StreamConfig:
     name: str
+    arn: str
     url: str
     access_key: str
     size_mb: int
@@ -182,7 +183,11 @@ class FirehoseDelivery:
         body = request_body(request_id, batch)
         if config.gzip:
             body = gzip.compress(body, compresslevel=5)
-        headers = [*request_headers(request_id, config.access_key, gzip=config.gzip), USER_AGENT]
+        headers = [
+            *request_headers(request_id, config.access_key, gzip=config.gzip),
+            ("X-Amz-Firehose-Source-Arn", config.arn),
+            USER_AGENT,
+        ]
         first = time.monotonic()
         attempts = 0
         try:

@@ -34,6 +34,7 @@ def test_defaults_are_firehoses_and_the_access_key_is_never_described(tmp_path: 
     config = streams.delivery_config("s")
     assert config == {
         "name": "s",
+        "arn": stream_arn("s"),
         "url": "https://hooks.example/firehose",
         "access_key": "k",
         "size_mb": 5,
