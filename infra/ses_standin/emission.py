@@ -316,7 +316,8 @@ class EventEmission:
             if self._firehose_changed:  # before any message that names a new destination
                 self._firehose_changed = False
                 try:
-                    await self._ensure_emitter()  # a new emitter is sent the routes at start
+                    if self._routes:  # no emitter is started for a change that routes nothing
+                        await self._ensure_emitter()  # a new one is sent the routes at start
                     await self._send(self._firehose_op())
                 except (OSError, ConnectionError) as exc:
                     self._firehose_changed = True
