@@ -429,6 +429,19 @@ def describe(d: Desired) -> str:
     return f"AWS set-up for the {d.path} ingest path (region {d.region}, {where})"
 
 
+def ensure_local_firehose(settings: Settings) -> list[str]:
+    """`flashsend up` with FLASHSEND_EVENTS_INGEST=firehose and the SES stand-in: what
+    `aws apply --path firehose` makes there (the delivery stream to the webhook's /firehose,
+    the SES configuration sets and their event destinations to it). Returns what was done."""
+    before, after = apply(desired_for(settings, "firehose"), clients(settings), log=lambda _m: None)
+    if after.changes:
+        raise AwsSetupError(
+            "the Firehose set-up at the stand-in is still different after apply: "
+            + "; ".join(a.summary for a in after.actions)
+        )
+    return [a.summary for a in before.actions]
+
+
 def ensure_local_queues(settings: Settings) -> list[str]:
     """`flashsend up` with `sqs`: the queues of the SQS path on the local server and, when
     the SES stand-in runs too, its SQS subscription (SES configuration sets are left to

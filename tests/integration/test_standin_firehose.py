@@ -335,3 +335,45 @@ def test_a_200_that_does_not_echo_the_request_id_is_not_a_delivery(fh_settings: 
         assert endpoint.requests >= 2  # tried again before giving up
     finally:
         endpoint.close()
+
+
+def test_flashsend_up_on_the_firehose_path_delivers_each_event_once(fh_settings: Settings) -> None:
+    """`up` with FLASHSEND_EVENTS_INGEST=firehose makes the stream and the destinations at the
+    stand-in and subscribes the webhook over SNS for SMS events only: an SES event reaches
+    mail.events once, through /firehose (the stack's broker and stand-in already run)."""
+    from infra.stack import Stack
+
+    suffix = uuid.uuid4().hex[:6]
+    s = fh_settings.model_copy(
+        update={
+            "events_ingest": "firehose",
+            "local_services": ("kafka", "ses", "webhook"),
+            "transactional_configuration_set": f"transactional-{suffix}",
+            "firehose_stream": f"up-{suffix}",
+            "firehose_buffer_s": 1,
+        }
+    )
+    stack = Stack(s)
+    lines: list[str] = []
+    try:
+        timings = stack.up(migrate=False, log=lines.append)
+        assert timings["webhook"] > 0, lines
+        addresses = [f"up{i}@fh-{suffix}.flashsend.test" for i in range(30)]
+        send(s, addresses, campaign="5656")
+        expected = expected_events(s, "5656", addresses)
+        assert landed(s, sum(expected.values())) == expected
+        wait_for(
+            "the stand-in sees every request delivered",
+            lambda: (
+                stream_stats(s, s.firehose_stream).get("delivered_records")
+                == sum(expected.values())
+            ),
+            10,
+        )
+        assert s.ses_endpoint_url
+        subs = SesEventsAdmin(s.ses_endpoint_url).subscriptions()["subscriptions"]
+        ours = [x for x in subs if x["endpoint"].startswith(f"http://127.0.0.1:{s.webhook_port}/")]
+        assert [x["configuration_sets"] for x in ours] == [[s.sms_configuration_set]]
+        assert total_records(s, s.topic_mail_events) == sum(expected.values())  # once each
+    finally:
+        assert stack.webhook.stop()
