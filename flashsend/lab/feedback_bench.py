@@ -56,7 +56,13 @@ from flashsend.lab.feedback_run import (
 )
 from flashsend.lab.firehose_bench import bench_firehose_path
 from flashsend.lab.mail_bench import percentile
-from flashsend.lab.sns_load import CONCURRENCY, FIREHOSE_BATCH, post_all
+from flashsend.lab.sns_load import (
+    CONCURRENCY,
+    FIREHOSE_BATCH,
+    generator_cost,
+    latency_ms,
+    post_all,
+)
 from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
 from infra.process import free_port
@@ -227,15 +233,9 @@ def run_bench(
             "seconds": round(wall, 2),
             "concurrency": options.concurrency,
             "records_on_kafka": produced,
-            "latency_ms": {
-                q: round(percentile(posted.latencies, p) * 1000, 1)
-                for q, p in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))
-            },
+            "latency_ms": latency_ms(posted.latencies),
             "cores": round(cpu / wall, 2),
-            "load_generator": {
-                "cpu_us_per_event": round(posted.cpu_s * 1e6 / n, 1),
-                "cores": round(posted.cpu_s / wall, 2),
-            },
+            "load_generator": generator_cost(posted, n),
         }
         result["paths"] = {"webhook": path}
         result["machine"] = {

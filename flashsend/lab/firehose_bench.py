@@ -16,8 +16,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from flashsend.lab.feedback_run import WebhookProcess, end_offsets
-from flashsend.lab.mail_bench import percentile
-from flashsend.lab.sns_load import FIREHOSE_BATCH, build_request, post_requests
+from flashsend.lab.sns_load import (
+    FIREHOSE_BATCH,
+    build_request,
+    generator_cost,
+    latency_ms,
+    post_requests,
+)
 from flashsend.lab.sqs_bench import ses_event_bodies
 from producers.firehose_endpoint import request_body, request_headers
 
@@ -68,14 +73,8 @@ def bench_firehose_path(
         "requests": len(requests),
         "concurrency": concurrency,
         "records_on_kafka": landed,
-        "request_latency_ms": {
-            q: round(percentile(posted.latencies, p) * 1000, 1)
-            for q, p in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))
-        },
+        "request_latency_ms": latency_ms(posted.latencies),
         "cores": round(cpu / wall, 2),
-        "load_generator": {
-            "cpu_us_per_event": round(posted.cpu_s * 1e6 / events, 1),
-            "cores": round(posted.cpu_s / wall, 2),
-        },
+        "load_generator": generator_cost(posted, events),
         "machine_busy_cores": round(machine / wall, 2),
     }

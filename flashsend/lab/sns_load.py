@@ -36,6 +36,25 @@ class PostResult:
     cpu_s: float  # this process's CPU time while posting
 
 
+def latency_ms(latencies: Sequence[float]) -> dict[str, float]:
+    """Request latency percentiles in ms (p50, p90, p99, max)."""
+    # Imported here: `flashsend feedback --help` imports this module, mail_bench takes 0.2 s.
+    from flashsend.lab.mail_bench import percentile
+
+    return {
+        q: round(percentile(list(latencies), p) * 1000, 1)
+        for q, p in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))
+    }
+
+
+def generator_cost(posted: PostResult, events: int) -> dict[str, float]:
+    """The load generator's own CPU: per event, and in cores over the run."""
+    return {
+        "cpu_us_per_event": round(posted.cpu_s * 1e6 / events, 1),
+        "cores": round(posted.cpu_s / posted.seconds, 2),
+    }
+
+
 class WebhookRefused(RuntimeError):
     """The webhook answered something other than 200."""
 

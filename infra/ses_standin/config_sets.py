@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.ses_standin.errors import AlreadyExists, BadRequest, NotFound
+from infra.ses_standin.state_file import save_json
 
 DESTINATION_KINDS = (
     "SnsDestination",
@@ -165,9 +166,6 @@ class ConfigurationSets:
         return routes
 
     def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.sets, indent=1), encoding="utf-8")
-        tmp.replace(self.path)
+        save_json(self.path, self.sets)
         for hook in self.on_change:
             hook()

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.ses_standin.event_records import ACCOUNT_ID
+from infra.ses_standin.state_file import save_json
 
 TARGET_PREFIX = "Firehose_20150804."
 CONTENT_TYPE = "application/x-amz-json-1.1"
@@ -290,10 +291,7 @@ class DeliveryStreams:
         return {"Tags": tags, "HasMoreTags": False}
 
     def _changed(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.streams, indent=1), encoding="utf-8")
-        tmp.replace(self.path)
+        save_json(self.path, self.streams)
         for hook in self.on_change:
             hook()
 

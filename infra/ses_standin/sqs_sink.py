@@ -54,6 +54,7 @@ from infra.ses_standin.feedback_plan import (
 )
 from infra.ses_standin.journal import Record
 from infra.ses_standin.recipients import parse_address
+from infra.ses_standin.state_file import save_json
 from infra.ses_standin.subscriptions import EVENT_TYPES as SNS_EVENT_TYPES
 
 log = logging.getLogger("infra.ses_standin.sqs_sink")
@@ -151,10 +152,7 @@ class SqsSubscriptionStore:
         return True
 
     def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps([asdict(s) for s in self._subs.values()], indent=1))
-        tmp.replace(self.path)
+        save_json(self.path, [asdict(s) for s in self._subs.values()])
 
 
 def rates_of(emission: Any) -> RatesFor:

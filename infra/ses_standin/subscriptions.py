@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from infra.ses_standin.state_file import save_json
 from infra.ses_standin.text_events import TEXT_EVENT_TYPES
 
 EVENT_TYPES = (
@@ -159,8 +160,4 @@ class SubscriptionStore:
         return False
 
     def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        items = [asdict(s) for s in self._subs.values()]
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(items, indent=1))
-        tmp.replace(self.path)
+        save_json(self.path, [asdict(s) for s in self._subs.values()])
