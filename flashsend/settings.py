@@ -226,9 +226,10 @@ class Settings(BaseSettings):
     firehose_ses_role: str = "flashsend-ses-to-firehose"
     firehose_backup_role: str = "flashsend-firehose-backup"
     firehose_backup_bucket: str = ""  # S3 bucket of undelivered records; empty: <stream>-<account>
-    # Buffering: a request leaves when 1 MiB of events is buffered or 10 s after the oldest.
+    # Buffering: a request leaves when 1 MiB of events is buffered or 1 s after the oldest
+    # (a complaint must pause a campaign within seconds; Firehose bills bytes, not requests).
     firehose_buffer_mb: int = 1
-    firehose_buffer_s: int = 10
+    firehose_buffer_s: int = 1
 
     @model_validator(mode="after")
     def _fill_local_endpoints(self) -> Settings:

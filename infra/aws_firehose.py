@@ -9,10 +9,11 @@ webhook. What the stream cannot deliver within its retry duration it writes, wit
 The stream's settings and why:
 - RetryOptions.DurationInSeconds 7200, Firehose's maximum: two hours of our side being down
   lose nothing (SNS allows one); after that the records are in the bucket, not gone.
-- BufferingHints small (FLASHSEND_FIREHOSE_BUFFER_MB / _S, 1 MiB / 10 s): the feedback loop
-  acts on bounces and complaints (a campaign is paused at a complaint rate), so an event
-  waits at most the interval before it is sent; at volume 1 MiB (~700 events) fills first,
-  which keeps one request, and the work a retry repeats, small.
+- BufferingHints small (FLASHSEND_FIREHOSE_BUFFER_MB / _S, 1 MiB / 1 s): the feedback loop
+  acts on bounces and complaints (a campaign is paused at a complaint rate within seconds),
+  so an event waits at most the interval before it is sent, and Firehose bills the bytes,
+  not the requests; at volume 1 MiB (~700 events) fills first, which keeps one request, and
+  the work a retry repeats, small.
 - ContentEncoding GZIP: SES event JSON compresses ~5:1, the webhook inflates it cheaply.
 - S3BackupMode FailedDataOnly: only what could not be delivered goes to the bucket.
 

@@ -288,7 +288,7 @@ class Options:
     firehose_backup_role: str = "flashsend-firehose-backup"  # name or ARN
     firehose_backup_bucket: str = ""  # "": default_bucket(stream, account)
     firehose_buffer_mb: int = 1
-    firehose_buffer_s: int = 10
+    firehose_buffer_s: int = 1
 
 
 def desired(options: Options, path: str) -> Desired:

@@ -72,7 +72,7 @@ def test_the_firehose_path_from_nothing_makes_the_stream_then_the_destinations()
     }
     assert created["RetryOptions"] == {"DurationInSeconds": MAX_RETRY_S}
     assert created["RequestConfiguration"] == {"ContentEncoding": "GZIP"}
-    assert created["BufferingHints"] == {"SizeInMBs": 1, "IntervalInSeconds": 10}
+    assert created["BufferingHints"] == {"SizeInMBs": 1, "IntervalInSeconds": 1}
     assert created["S3BackupMode"] == "FailedDataOnly"
     assert (
         created["S3Configuration"]["BucketARN"] == "arn:aws:s3:::flashsend-ses-events-123456789012"
