@@ -214,6 +214,7 @@ MAIN_KEYS = (
     "cpu_us_per_recipient_product",
     "cpu_us_per_recipient_by_component",
     "services",
+    "events_ingest",
     *EVENTS_LAG_KEYS,
 )
 
@@ -229,6 +230,8 @@ def run_bench(
         "workers": options.workers,
         "partitions": settings.partitions,
         "ses_latency_ms": options.ses_latency_ms,
+        # How SES events came back (webhook: a signed SNS POST each; firehose: batches).
+        "events_ingest": settings.events_ingest if options.events else None,
     }
     started = StartedCampaigns(settings)
     log_dir = settings.state_dir / "logs" / f"bench-{int(time.time())}"

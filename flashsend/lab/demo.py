@@ -371,6 +371,9 @@ def _final_counts(
         "send_rate_per_s": round(progress.send_rate, 1),
         "max_1s_window": stats.get("max_1s_window"),
         "status": progress["status"],
+        # How SES events came back while it sent (webhook: one signed SNS POST each;
+        # firehose: batches): the stand-in's delivery work shares the cores with the senders.
+        "events_ingest": settings.events_ingest,
         **(
             {
                 "channel": "sms",

@@ -106,11 +106,13 @@ def standin_dropped(settings: Settings) -> int:
 
 def given_up(state: Mapping[str, Any]) -> int:
     """Events the stand-in has given up on since it started (a `subscriptions()` state): its
-    queue for the emitter or the emitter's own overflowed, or a subscription's retry window
-    ran out."""
+    queue for the emitter or the emitter's own overflowed, a subscription's retry window ran
+    out, or a Firehose stream's buffer overflowed or its retry duration ran out."""
     subs = state["subscriptions"]
     retries_out = sum(int(sub.get("delivery", {}).get("dropped", 0)) for sub in subs)
-    return sum(lost(state).values()) + retries_out
+    streams = (state.get("firehose") or {}).values()
+    firehose = sum(int(st.get("dropped_records", 0)) + int(st.get("overflow", 0)) for st in streams)
+    return sum(lost(state).values()) + retries_out + firehose
 
 
 def _rounded(value: float | None) -> float | None:
