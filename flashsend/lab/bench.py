@@ -214,7 +214,6 @@ MAIN_KEYS = (
     "cpu_us_per_recipient_product",
     "cpu_us_per_recipient_by_component",
     "services",
-    "events_ingest",
     *EVENTS_LAG_KEYS,
 )
 
