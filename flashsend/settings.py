@@ -181,8 +181,10 @@ class Settings(BaseSettings):
     feedback_min_sample: int = 10_000  # … once this many messages were sent
     feedback_dedupe_retention_s: float = 8 * 86400.0  # > mail.events retention (replays)
     # Campaign lanes start no call while the feedback agent's oldest unapplied event has waited
-    # longer than this (s), and go on once it is back under half of it; 0: never hold.
-    feedback_max_lag_s: float = 3.0
+    # longer than this (s), and go on once it is back under half of it; 0: never hold. The lag
+    # overshoots it while the agent drains what was sent before the hold (to ~2.7x here), and
+    # 1.5 keeps an event's p99 under 5 s at full speed on two cores (docs/performance.md).
+    feedback_max_lag_s: float = 1.5
     webhook_publish_timeout_s: float = 10.0  # broker ack wait before answering SNS 503
     # Keys a Firehose delivery stream may present at POST /firehose (comma-separated: more
     # than one while a key is rotated); empty: the route refuses every request.
