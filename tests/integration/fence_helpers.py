@@ -19,6 +19,16 @@ from sinks.offsets import Assignment
 from tests.integration.campaign_helpers import Consumed
 
 
+async def until(check: Callable[[], bool], within: float) -> bool:
+    """Poll `check` every 50 ms; False if it is still false after `within` seconds."""
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
 async def take(store: Any, partitions: list[int]) -> dict[int, int]:
     """This store's worker is assigned `partitions` (a new epoch, as on a rebalance)."""
     return dict(await store.offsets.take(Assignment.of(store.topic, partitions)))

@@ -12,8 +12,6 @@ test_fence_campaign.py."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 
 import psycopg
 
@@ -25,18 +23,9 @@ from sinks.queries import query
 from sinks.users import fill_phones, seed_users
 from streams.app import Runtime
 from tests.integration.campaign_helpers import admin, sql
-from tests.integration.fence_helpers import doorbells, take
+from tests.integration.fence_helpers import doorbells, take, until
 
 USERS = 40
-
-
-async def _until(check: Callable[[], bool], within: float) -> bool:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.05)
-    return True
 
 
 def _statuses(settings: Settings, cid: int, seqs: list[int]) -> dict[int, str]:
@@ -86,7 +75,7 @@ def test_a_row_claimed_again_while_its_stale_claim_waits_is_texted_once_and_reco
             lane = sender.lanes[0]
             await sender.suspend({0})  # a rebalance began: the lane starts no call
             await sender.handle(doorbells(settings, cid, rows, first_offset=0))
-            assert await _until(lambda: len(lane._inflight) == 10 and len(lane._rows) == 5, 10)
+            assert await until(lambda: len(lane._inflight) == 10 and len(lane._rows) == 5, 10)
             in_call = [r.seq for r in lane._inflight]
             queued = [r.seq for r in lane._rows]
             with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
@@ -96,9 +85,9 @@ def test_a_row_claimed_again_while_its_stale_claim_waits_is_texted_once_and_reco
             await sender.handle(
                 doorbells(settings, cid, [(s, user_of[s]) for s in again], first_offset=15)
             )
-            assert await _until(lambda: sender.stats["claimed"] == 15 + len(again), 10)
+            assert await until(lambda: sender.stats["claimed"] == 15 + len(again), 10)
             await sender.reassign({0})  # the rebalance ended: the lane goes on
-            await _until(lambda: "sending" not in _statuses(settings, cid, again).values(), 10)
+            await until(lambda: "sending" not in _statuses(settings, cid, again).values(), 10)
             return again
         finally:
             await runtime.stop()

@@ -38,6 +38,7 @@ from tests.integration.fence_helpers import (
     recreate_topic,
     stored_offsets,
     take,
+    until,
 )
 
 
@@ -70,15 +71,6 @@ def _epochs(settings: Settings) -> dict[int, int]:
                 (settings.group_sender,),
             ).fetchall()
         )
-
-
-async def _until(check: Callable[[], bool], within: float) -> bool:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.05)
-    return True
 
 
 def _all_sent(settings: Settings, cid: int, seqs: list[int]) -> Callable[[], bool]:
@@ -124,11 +116,11 @@ def test_a_batch_overlapping_the_stored_offset_claims_every_record_past_it(
         try:
             old_sender = await _worker(old)
             await old_sender.handle(records[:40])
-            assert await _until(_all_sent(settings, cid, seqs[:40]), 20)
+            assert await until(_all_sent(settings, cid, seqs[:40]), 20)
             new_sender = await _worker(new)  # the partition moves: a newer epoch, offset 140
             await new_sender.handle(records[:31])
             await new_sender.handle(records[31:])
-            await _until(_all_sent(settings, cid, seqs), 20)
+            await until(_all_sent(settings, cid, seqs), 20)
             return dict(new_sender.stats)
         finally:
             await old.stop()
@@ -163,21 +155,21 @@ def test_a_zombie_neither_claims_nor_moves_the_offset(settings: Settings, where:
             o = await _worker(owner)
             if where == "behind":
                 await o.handle(records[:100])
-                assert await _until(_all_sent(settings, cid, seqs[:100]), 20)
+                assert await until(_all_sent(settings, cid, seqs[:100]), 20)
                 before = stored_offsets(settings, settings.group_sender, settings.topic_recipients)
                 await z.handle(records[:50])  # behind the owner
-                await _until(_idle(z), 10)
+                await until(_idle(z), 10)
                 await z.handle(records[100:])  # ahead of it: 100-149 are not claimed yet
             else:
                 before = stored_offsets(settings, settings.group_sender, settings.topic_recipients)
                 await z.handle(records[50:])
-            await _until(_idle(z), 10)
+            await until(_idle(z), 10)
             await asyncio.sleep(0.5)  # a lane would have sent by now
             after = stored_offsets(settings, settings.group_sender, settings.topic_recipients)
             zombie_stats = dict(z.stats)
             lane = z.lanes.get(0)
             await o.handle(records[100:] if where == "behind" else records)
-            await _until(_all_sent(settings, cid, seqs), 20)
+            await until(_all_sent(settings, cid, seqs), 20)
             return zombie_stats, before[0], after[0], lane is None or lane.revoked
         finally:
             await zombie.stop()
@@ -212,17 +204,17 @@ def test_a_lane_stopped_by_a_newer_owner_releases_its_call_through_the_rebalance
         try:
             z = await _worker(zombie)
             await z.handle(records[:20])
-            assert await _until(lambda: z.lanes.get(0) is not None and z.lanes[0].backlog > 0, 10)
+            assert await until(lambda: z.lanes.get(0) is not None and z.lanes[0].backlog > 0, 10)
             await asyncio.sleep(LINGER_S + 0.1)  # the lane took its call: it waits for room
             o = await _worker(owner)  # a newer epoch for partition 0
             await z.handle(records[20:])  # the claim finds the newer epoch: Z's lane stops
-            assert await _until(lambda: z.stats["overtaken"] == 1, 10), dict(z.stats)
+            assert await until(lambda: z.stats["overtaken"] == 1, 10), dict(z.stats)
             await z.suspend({0})  # the group's rebalance begins ...
             await z.reassign(set())  # ... and ends without partition 0
-            assert await _until(lambda: "sending" not in _status_of(settings, cid, seqs[:20]), 10)
+            assert await until(lambda: "sending" not in _status_of(settings, cid, seqs[:20]), 10)
             first = _status_of(settings, cid, seqs[:20])
             await o.handle(records[20:])
-            assert await _until(_all_sent(settings, cid, seqs[20:]), 30)
+            assert await until(_all_sent(settings, cid, seqs[20:]), 30)
             return dict(z.stats), first
         finally:
             await zombie.stop()
@@ -260,7 +252,7 @@ def test_a_lost_commit_answer_is_resolved_not_guessed(settings: Settings, mode: 
             sender = await _worker(runtime)
             cutter.arm(mode)
             await sender.handle(records)
-            await _until(_all_sent(settings, cid, seqs), 20)
+            await until(_all_sent(settings, cid, seqs), 20)
             return cutter.cuts, dict(sender.stats)
         finally:
             await runtime.stop()

@@ -88,7 +88,7 @@ def test_feedback_bench_reports_per_path_figures(settings: Settings) -> None:
     began = time.monotonic()
     result = run_bench(
         settings,
-        BenchOptions(events=300, concurrency=8, pauses=1, processes=2, sqs=False),
+        BenchOptions(events=300, concurrency=8, pauses=1, processes=2, sqs=False, firehose=False),
         log=print,
     )
     path = result["paths"]["webhook"]
