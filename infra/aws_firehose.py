@@ -154,6 +154,21 @@ def _document(statements: list[dict[str, Any]]) -> dict[str, Any]:
     return {"Version": "2012-10-17", "Statement": statements}
 
 
+def _trust(service: str, condition: dict[str, str]) -> dict[str, Any]:
+    """A role's trust policy: `service` may assume it when `condition` holds (it names our
+    account, so another account's resources cannot use the role: the confused deputy)."""
+    return _document(
+        [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": service},
+                "Action": "sts:AssumeRole",
+                "Condition": {"StringEquals": condition},
+            }
+        ]
+    )
+
+
 def prerequisites(s: FirehoseStream) -> list[dict[str, Any]]:
     """The IAM roles and the bucket `apply` does not make: what each must be and allow."""
     return [
@@ -161,16 +176,7 @@ def prerequisites(s: FirehoseStream) -> list[dict[str, Any]]:
             "kind": "iam-role",
             "arn": s.ses_role,
             "what": f"SES puts records into {s.name}",
-            "trust": _document(
-                [
-                    {
-                        "Effect": "Allow",
-                        "Principal": {"Service": "ses.amazonaws.com"},
-                        "Action": "sts:AssumeRole",
-                        "Condition": {"StringEquals": {"AWS:SourceAccount": s.account}},
-                    }
-                ]
-            ),
+            "trust": _trust("ses.amazonaws.com", {"AWS:SourceAccount": s.account}),
             "permissions": _document(
                 [{"Effect": "Allow", "Action": "firehose:PutRecordBatch", "Resource": s.arn}]
             ),
@@ -179,16 +185,7 @@ def prerequisites(s: FirehoseStream) -> list[dict[str, Any]]:
             "kind": "iam-role",
             "arn": s.backup_role,
             "what": f"{s.name} writes undelivered records to s3://{s.bucket}",
-            "trust": _document(
-                [
-                    {
-                        "Effect": "Allow",
-                        "Principal": {"Service": "firehose.amazonaws.com"},
-                        "Action": "sts:AssumeRole",
-                        "Condition": {"StringEquals": {"sts:ExternalId": s.account}},
-                    }
-                ]
-            ),
+            "trust": _trust("firehose.amazonaws.com", {"sts:ExternalId": s.account}),
             "permissions": _document(
                 [
                     {

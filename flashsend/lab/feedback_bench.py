@@ -26,7 +26,6 @@ worker:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import secrets
@@ -41,7 +40,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import psutil
 import psycopg
 from pydantic import SecretStr
 
@@ -50,7 +48,9 @@ from flashsend.lab.feedback_run import (
     WebhookProcess,
     end_offsets,
     feedback_lag,
+    machine_busy_seconds,
     scratch_settings,
+    tree_cpu_seconds,
     wait_for,
     with_feedback,
 )
@@ -142,28 +142,6 @@ class Signer:
     def body(self, message: str, version: int = 2) -> bytes:
         fields = build_notification(self.topic, message, None, self.cert_url, datetime.now(UTC))
         return json.dumps(sign_message(fields, self.key_pem, version)).encode()
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process and its live descendants."""
-    total = 0.0
-    try:
-        root = psutil.Process(pid)
-        for proc in [root, *root.children(recursive=True)]:
-            with contextlib.suppress(psutil.Error):
-                t = proc.cpu_times()
-                total += t.user + t.system
-    except psutil.Error:
-        pass
-    return total
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds all cores spent not idle since boot (/proc/stat)."""
-    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    ticks = [int(v) for v in fields]
-    idle = ticks[3] + ticks[4]  # idle + iowait
-    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def running_services(settings: Settings) -> list[str]:
@@ -260,8 +238,6 @@ def run_bench(
                 firehose_key,
                 events=options.events,
                 batch=options.firehose_batch,
-                cpu_of=tree_cpu_seconds,
-                busy=machine_busy_seconds,
             )
             result["paths"]["firehose"] = fh
             log(f"firehose: {fh}")

@@ -7,6 +7,7 @@ the ones `flashsend up` and `flashsend worker --role feedback` run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psutil
 import psycopg
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -267,3 +269,25 @@ def feedback_counters(settings: Settings, campaign_id: int) -> dict[str, Any]:
         row = cur.fetchone()
         names = [d.name for d in cur.description or []]
     return {} if row is None else dict(zip(names, row, strict=True))
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its live descendants."""
+    total = 0.0
+    try:
+        root = psutil.Process(pid)
+        for proc in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                t = proc.cpu_times()
+                total += t.user + t.system
+    except psutil.Error:
+        pass
+    return total
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores spent not idle since boot (/proc/stat)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    ticks = [int(v) for v in fields]
+    idle = ticks[3] + ticks[4]  # idle + iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")

@@ -15,7 +15,12 @@ import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
-from flashsend.lab.feedback_run import WebhookProcess, end_offsets
+from flashsend.lab.feedback_run import (
+    WebhookProcess,
+    end_offsets,
+    machine_busy_seconds,
+    tree_cpu_seconds,
+)
 from flashsend.lab.sns_load import (
     FIREHOSE_BATCH,
     build_request,
@@ -47,21 +52,18 @@ def bench_firehose_path(
     events: int,
     batch: int = FIREHOSE_BATCH,
     concurrency: int = CONCURRENCY,
-    cpu_of: Any,
-    busy: Any,
 ) -> dict[str, Any]:
-    """events/s and CPU per event of the /firehose route; `cpu_of(pid)` and `busy()` read
-    the webhook's CPU seconds and the machine's busy seconds."""
+    """events/s and CPU per event of the /firehose route."""
     s = webhook.settings
     url = webhook.firehose_url
     warm = firehose_requests(url, access_key, ses_event_bodies(batch * 4, campaign=7), batch)
     requests = firehose_requests(url, access_key, ses_event_bodies(events, campaign=8), batch)
     asyncio.run(post_requests(url, warm, concurrency))
     before = sum(end_offsets(s, s.topic_mail_events).values())
-    cpu0, busy0 = cpu_of(webhook.proc.pid), busy()
+    cpu0, busy0 = tree_cpu_seconds(webhook.proc.pid), machine_busy_seconds()
     posted = asyncio.run(post_requests(url, requests, concurrency))
-    cpu = cpu_of(webhook.proc.pid) - cpu0
-    machine = busy() - busy0
+    cpu = tree_cpu_seconds(webhook.proc.pid) - cpu0
+    machine = machine_busy_seconds() - busy0
     landed = sum(end_offsets(s, s.topic_mail_events).values()) - before
     wall = posted.seconds
     return {
