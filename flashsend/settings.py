@@ -107,6 +107,10 @@ class Settings(BaseSettings):
     # Sender tuning.
     batch_size: int = 50
     inflight_calls: int = 12
+    # How far over its campaign limit one sliding second at SES may go, only to make up for
+    # SES's call latency (a lane's window counts a call from its request to a second after
+    # its answer, so without it a lane sends limit / (1 + latency)). 0: a strict bound.
+    window_slack: float = 0.02
     ses_timeout_s: float = 10.0
     lease_s: float = 120.0  # > the longest possible call with its retries
     reconcile_interval_s: float = 5.0
@@ -240,6 +244,11 @@ class Settings(BaseSettings):
             raise ValueError(f"FLASHSEND_KAFKA_BROKERS must be >= 1, got {self.kafka_brokers}")
         if not 1 <= self.sms_call_size <= 50:
             raise ValueError(f"FLASHSEND_SMS_CALL_SIZE must be 1..50, got {self.sms_call_size}")
+        if not 0 <= self.window_slack <= 0.1:
+            raise ValueError(
+                "FLASHSEND_WINDOW_SLACK must be 0..0.1 (0: a strict bound), "
+                f"got {self.window_slack}"
+            )
         if self.feedback_max_lag_s < 0:
             raise ValueError(
                 f"FLASHSEND_FEEDBACK_MAX_LAG_S must be >= 0 (0: never hold), "

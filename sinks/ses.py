@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +34,7 @@ __all__ = [
     "MAX_BULK_ENTRIES",
     "MAX_REPLACEMENT_HEADERS",
     "BulkEntry",
+    "CallClock",
     "EntryStatus",
     "SesCallFailed",
     "SesSender",
@@ -109,6 +112,8 @@ _PREBUILT_BODY = "flashsend_prebuilt_body"
 _HOOKS = (
     ("before-parameter-build.sesv2.SendBulkEmail", "flashsend-prebuild-bulk-body"),
     ("before-call.sesv2.SendBulkEmail", "flashsend-restore-bulk-body"),
+    ("before-send.sesv2.SendBulkEmail", "flashsend-gate-bulk-send"),
+    ("before-parse.sesv2.SendBulkEmail", "flashsend-note-bulk-answer"),
 )
 
 
@@ -126,6 +131,40 @@ def _restore_bulk_body(params: dict[str, Any], context: dict[str, Any], **_: Any
     body = context.pop(_PREBUILT_BODY, None)
     if body is not None:
         params["body"] = body
+
+
+@dataclass
+class CallClock:
+    """One SendBulkEmail's instants (time.monotonic()), kept by botocore's hooks in the
+    calling thread: the request leaves no earlier than `not_before`, `sent_at` is when it
+    left (serialised and signed), `answered_at` when SES's whole answer had arrived (before
+    it is parsed; None when none came). SES accepts a call between those two instants, so a
+    window that counts it over them counts it where SES does, without the thread hops and
+    the client's own work either side."""
+
+    not_before: float = float("-inf")
+    sent_at: float | None = None
+    answered_at: float | None = None
+
+
+_current = threading.local()
+
+
+def _gate_send(**_: Any) -> None:
+    clock: CallClock | None = getattr(_current, "clock", None)
+    if clock is None:
+        return
+    wait = clock.not_before - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
+    clock.sent_at = time.monotonic()
+    # Returning nothing lets botocore send the request itself.
+
+
+def _note_answer(**_: Any) -> None:
+    clock: CallClock | None = getattr(_current, "clock", None)
+    if clock is not None:
+        clock.answered_at = time.monotonic()
 
 
 def _translate(exc: Exception) -> SesCallFailed:
@@ -151,7 +190,9 @@ class SesSender:
         self._client = client
         events = client.meta.events
         for (event, unique_id), handler in zip(
-            _HOOKS, (_prebuild_bulk_body, _restore_bulk_body), strict=True
+            _HOOKS,
+            (_prebuild_bulk_body, _restore_bulk_body, _gate_send, _note_answer),
+            strict=True,
         ):
             events.register(event, handler, unique_id=unique_id)  # once per client
 
@@ -164,7 +205,10 @@ class SesSender:
         configuration_set: str | None = None,
         default_tags: Mapping[str, str] | None = None,
         default_data: Mapping[str, Any] | None = None,
+        clock: CallClock | None = None,
     ) -> list[EntryStatus]:
+        """With `clock`, the request waits in this thread until `clock.not_before`, and the
+        clock gets the instants it left and its answer arrived."""
         if not 1 <= len(entries) <= MAX_BULK_ENTRIES:
             raise ValueError(
                 f"SendBulkEmail takes 1..{MAX_BULK_ENTRIES} entries, got {len(entries)}"
@@ -183,10 +227,13 @@ class SesSender:
         if default_tags:
             request["DefaultEmailTags"] = [{"Name": k, "Value": v} for k, v in default_tags.items()]
         request["BulkEmailEntries"] = EncodedEntries.of(entries)
+        _current.clock = clock
         try:
             response = self._client.send_bulk_email(**request)
         except Exception as exc:
             raise _translate(exc) from exc
+        finally:
+            _current.clock = None
         return [
             EntryStatus(r.get("Status", "FAILED"), r.get("MessageId"), r.get("Error"))
             for r in response.get("BulkEmailEntryResults", [])

@@ -95,7 +95,11 @@ class Runtime:
             await self.campaigns.refresh()
             self.campaigns.start()
             self.sender = CampaignSender(
-                config=SenderConfig(partitions=s.partitions, max_inflight_calls=s.inflight_calls),
+                config=SenderConfig(
+                    partitions=s.partitions,
+                    max_inflight_calls=s.inflight_calls,
+                    window_slack=s.window_slack,
+                ),
                 store=self.store,
                 ses=SesSender(make_client(s, pool=s.inflight_calls * 2)),
                 campaigns=self.campaigns,

@@ -23,9 +23,13 @@ class Channel(Protocol):
     # that sends a call's rows one request each keeps this near what it has in flight.
     max_entries: int
 
-    async def send(self, campaign: LiveCampaign, rows: list[ClaimedRecipient]) -> CallOutcome:
+    async def send(
+        self, campaign: LiveCampaign, rows: list[ClaimedRecipient], not_before: float
+    ) -> CallOutcome:
         """Send the rows of one lane call (one campaign, rows already entered their call):
-        every row ends in `final` or `retry`. Never raises for a provider's answer."""
+        every row ends in `final` or `retry`. No request leaves before `not_before`
+        (time.monotonic(): the lane's window has room from then on). Never raises for a
+        provider's answer."""
         ...
 
     def segments(self, campaign: LiveCampaign, row: ClaimedRecipient) -> int:

@@ -55,7 +55,7 @@ from sinks.recipient_store import (
     RowResult,
     StoreUnavailable,
 )
-from sinks.ses import BulkEntry, EntryStatus, SesCallFailed, SesSender
+from sinks.ses import BulkEntry, CallClock, EntryStatus, SesCallFailed, SesSender
 from streams.addresses import is_valid_email
 from streams.backoff import backoff_delay
 from streams.call_outcome import CallOutcome
@@ -103,6 +103,10 @@ LINGER_S = 0.25
 # to the call's request takes (a database round trip, a busy event loop), at most LEAD_CAP_S.
 LEAD_WEIGHT = 0.25
 LEAD_CAP_S = 0.1
+# A call leaves the event loop up to this long before its window has room, and its thread
+# waits out the rest right before the request goes out: the hop to the thread, serialising
+# and signing then happen before the room instead of inside the window's count.
+HANDOFF_S = 0.05
 # Consumed-but-unclaimed recipients a partition may hold before the agent stops taking
 # batches. Two producer batches (schemas.doorbell.DOORBELL_BATCH_RECORDS doorbells of
 # DOORBELL_BLOCK): a fetch can bring one partition a whole batch at once, and with a bound
@@ -195,6 +199,7 @@ class SenderConfig:
     # limit at 2,222/s against 0.99). A crash returns them to pending once their lease runs out.
     lane_capacity: int = 2 * MAX_ENTRIES
     max_inflight_calls: int = 12  # SES calls in flight per worker
+    window_slack: float = 0.0  # a lane's window over its budget, for latency (WindowPacer)
     max_retries: int = 4  # per call, for throttles and transient entries
     retry_base_s: float = 0.2
     retry_cap_s: float = 5.0
@@ -396,14 +401,19 @@ class Lane:
         """From admission (or the end of the wait for room) to rows entered in the call."""
         self._lead += LEAD_WEIGHT * (min(LEAD_CAP_S, max(0.0, took)) - self._lead)
 
-    async def _wait_room(self, pacer: WindowPacer, units: int) -> bool:
-        """Wait until the window has room for the call admitted ahead of time; False when
-        the partition moved meanwhile (nothing was sent: its rows go back to pending)."""
-        while (gap := pacer.until_free(units, time.monotonic())) > 0:
+    async def _wait_room(self, pacer: WindowPacer, units: int) -> float | None:
+        """Wait until the window has room for the call admitted ahead of time, or until it
+        will within HANDOFF_S, and return when it has (the instant the request may leave);
+        None when the partition moved meanwhile (nothing was sent: its rows go back to
+        pending)."""
+        while True:
+            now = time.monotonic()
+            gap = pacer.until_free(units, now)
             if self.revoked:
-                return False
-            await asyncio.sleep(gap)
-        return not self.revoked
+                return None
+            if gap <= HANDOFF_S:
+                return now + gap
+            await asyncio.sleep(gap - HANDOFF_S)
 
     def _pacer(self, campaign_id: int, rate: float) -> tuple[WindowPacer, Aimd]:
         """The campaign's pacer on this lane, its budget following the AIMD rate."""
@@ -411,7 +421,8 @@ class Lane:
         share = split_rate(rate, partitions)
         entry = self._pacers.get(campaign_id)
         if entry is None:
-            entry = (WindowPacer(0, window_s=WINDOW_S), Aimd(ceiling=share))
+            slack = self._sender.config.window_slack
+            entry = (WindowPacer(0, window_s=WINDOW_S, slack=slack), Aimd(ceiling=share))
             since = self._sender.campaigns.sendable_since(campaign_id)
             entry[0].hold_until(takeover_hold_until(self._assigned_at, since, WINDOW_S))
             self._pacers[campaign_id] = entry
@@ -503,6 +514,7 @@ class Lane:
                 rows = []
             self._in_call = True
             counted = 0
+            free_at = float("-inf")  # when the request may leave
             outcome: CallOutcome | None = None
             try:
                 batch = await s.enter_call(cid, batch)
@@ -510,15 +522,17 @@ class Lane:
                     units = len(batch) if costs is None else sum(costs[r.seq] for r in batch)
                     if units:  # rows costing nothing are skipped without a request
                         self._learn_lead(time.monotonic() - asked)
-                        if not await self._wait_room(pacer, units):
+                        room_at = await self._wait_room(pacer, units)
+                        if room_at is None:
                             back = [*batch, *rows]  # nothing of them was sent
                             await s.record_rows(cid, back, "pending", "rebalanced")
                             return
-                        # Counted from here: SES sees nothing of the call before this instant,
-                        # and the window has room for it now.
+                        # Counted from here: the request leaves no earlier than `free_at`
+                        # (its thread waits for it), when the window has room for it.
                         counted = units
-                        pacer.started(counted, time.monotonic())
-                    outcome = await s.call_ses(campaign, batch)
+                        free_at = room_at
+                        pacer.started(counted, max(time.monotonic(), free_at))
+                    outcome = await s.call_ses(campaign, batch, not_before=free_at)
             finally:
                 self._in_call = False
                 if counted:
@@ -1083,17 +1097,19 @@ class CampaignSender:
         with contextlib.suppress(StoreUnavailable):
             await self.campaigns.refresh()
 
-    async def call_ses(self, campaign: Any, rows: list[ClaimedRecipient]) -> CallOutcome:
+    async def call_ses(
+        self, campaign: Any, rows: list[ClaimedRecipient], not_before: float = float("-inf")
+    ) -> CallOutcome:
         """Send `rows` (one campaign) in one SES call, or in several when SES refuses the call
         whole for some of its entries (split until they are isolated: streams.call_split).
 
         A row whose address fails `is_valid_email` (the check the snapshot's users.email_ok
         makes too) never goes into a call: skipped, `invalid_email:<why>`. The lane paces the
         whole of `rows` as one call: the calls of a split accept a subset of them, and a refused
-        call accepts nothing."""
+        call accepts nothing. No request leaves before `not_before` (time.monotonic())."""
         channel = self.channels.get(campaign.channel)
         if channel is not None:
-            return await channel.send(campaign, rows)
+            return await channel.send(campaign, rows, not_before)
         outcome = CallOutcome([], [])
         sendable: list[ClaimedRecipient] = []
         for r in rows:
@@ -1111,7 +1127,7 @@ class CampaignSender:
                 outcome.retry_reason = outcome.retry_reason or "split_interrupted"
                 break
             try:
-                part = await self._send_bulk(campaign, call)
+                part = await self._send_bulk(campaign, call, not_before)
             except SesCallFailed as exc:
                 answer_times.append(exc.answered_at)
                 if is_refused_unsent(exc.code, exc.http_status):
@@ -1139,9 +1155,11 @@ class CampaignSender:
             )
         return outcome
 
-    async def _send_bulk(self, campaign: Any, rows: list[ClaimedRecipient]) -> CallOutcome:
-        """One SendBulkEmail call for `rows`; SesCallFailed when SES answered with an error or
-        not at all."""
+    async def _send_bulk(
+        self, campaign: Any, rows: list[ClaimedRecipient], not_before: float
+    ) -> CallOutcome:
+        """One SendBulkEmail call for `rows`, leaving no earlier than `not_before`;
+        SesCallFailed when SES answered with an error or not at all."""
         entries = [
             BulkEntry(
                 to=r.email,
@@ -1161,6 +1179,7 @@ class CampaignSender:
                 statuses, answered_at = await loop.run_in_executor(
                     self._executor,
                     lambda: self._timed_send_bulk(
+                        CallClock(not_before),
                         from_address=campaign.from_address,
                         template=template,
                         configuration_set=campaign.configuration_set,
@@ -1203,17 +1222,18 @@ class CampaignSender:
             final, retry, retry_reason, throttled, pause_reason, answered_at=answered_at
         )
 
-    def _timed_send_bulk(self, **call: Any) -> tuple[list[EntryStatus], float]:
+    def _timed_send_bulk(self, clock: CallClock, **call: Any) -> tuple[list[EntryStatus], float]:
         """`ses.send_bulk` in the executor's thread, with the moment its answer arrived, read
-        there: the hop back to a busy event loop can take tens of milliseconds, and a lane's
-        window counts every call until a second after its answer."""
+        there before the answer is parsed: parsing and the hop back to a busy event loop can
+        take tens of milliseconds, and a lane's window counts every call until a second after
+        its answer."""
         try:
-            statuses = self.ses.send_bulk(**call)
+            statuses = self.ses.send_bulk(**call, clock=clock)
         except SesCallFailed as exc:
             if exc.http_status is not None:
-                exc.answered_at = time.monotonic()
+                exc.answered_at = clock.answered_at or time.monotonic()
             raise
-        return statuses, time.monotonic()
+        return statuses, clock.answered_at or time.monotonic()
 
     def _call_failed(self, exc: SesCallFailed, rows: list[ClaimedRecipient]) -> CallOutcome:
         outcome = classify_call_error(exc.code, exc.http_status, timed_out=exc.timed_out)

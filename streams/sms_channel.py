@@ -102,7 +102,14 @@ class SmsChannel:
         self._slots = asyncio.Semaphore(inflight)
         self.stats: dict[str, int] = {"calls": 0}
 
-    async def send(self, campaign: LiveCampaign, rows: list[ClaimedRecipient]) -> CallOutcome:
+    async def send(
+        self,
+        campaign: LiveCampaign,
+        rows: list[ClaimedRecipient],
+        not_before: float = float("-inf"),
+    ) -> CallOutcome:
+        while (wait := not_before - time.monotonic()) > 0:
+            await asyncio.sleep(wait)
         outcome = CallOutcome([], [])
         requests: list[tuple[ClaimedRecipient, TextMessage]] = []
         now = self._clock()

@@ -267,13 +267,14 @@ def takeover_hold_until(assigned_at: float, sendable_since: float | None, window
 @dataclass
 class WindowPacer:
     """A sliding-window budget for one sender lane: whatever the calls' latencies, the
-    recipients of this lane that SES accepts in any 1-second window are at most `budget`.
+    recipients of this lane that SES accepts in any 1-second window are at most `budget`
+    (with `slack`, at most budget x (1 + slack): see below).
 
     A call counts against the window from the moment it is admitted until `window_s` after its
     answer came back. SES accepts a call somewhere between those two instants, so any two
     calls SES accepts less than a second apart were both counted when the later one was
     admitted: the bound holds by construction, not by spacing calls and hoping. The price is
-    the call's latency: a lane sends `budget` recipients per (window + latency).
+    the call's latency: a window holding `budget` sends it per (window + latency).
 
     A lane may ask `admit` a little ahead of the room (`ahead`: its database round trip and
     event-loop lateness come before the room instead of after it, where they would add to the
@@ -297,12 +298,21 @@ class WindowPacer:
     there a row costs its message's segments (`admit_costs`, `call_rows`), and `budget`,
     `started` and `finished` are in segments.
 
+    The window may hold a little more than the budget: `slack` (a fraction of it), and no
+    more than the lane's recent call latency costs it (latency / window). A lane whose window
+    holds `budget` sends budget / (1 + latency) per second, because a call counts from its
+    request to a second after its answer; with real SES latencies (tens of milliseconds)
+    that is several percent under the limit. The grid still spaces calls at the budget, so
+    the sustained rate stays the limit, while any one second at SES holds at most
+    budget x (1 + slack), whenever SES accepts each call. `slack` 0 is the strict bound.
+
     `budget <= 0` means unlimited. Pure: time comes in as `now`, nothing sleeps.
     """
 
     budget: int
     window_s: float = 1.0
     tick_s: float = 0.2
+    slack: float = 0.0
     _spent: deque[tuple[float, int]] = field(default_factory=deque, init=False, repr=False)
     _in_call: int = field(default=0, init=False, repr=False)
     _held_until: float = field(default=float("-inf"), init=False, repr=False)
@@ -319,16 +329,26 @@ class WindowPacer:
         """Recent call latency (start to answer, smoothed), 0 before the first answer."""
         return self._latency
 
+    def ceiling(self) -> int:
+        """What the window may hold: the budget, plus what the recent call latency costs the
+        lane, at most `slack` of the budget."""
+        if self.unlimited:
+            return 0
+        extra = self.budget * min(self.slack, self._latency / self.window_s)
+        return self.budget + math.floor(extra + _EPSILON)
+
     def call_size(self, max_entries: int) -> int:
         """Recipients per call: the budget of a tick or of twice the recent call latency,
-        whichever is longer, between 1 and max_entries, evened out so the budget splits into
-        calls of nearly one size."""
+        whichever is longer, between 1 and max_entries, evened out so what the window may
+        hold (`ceiling`) splits into calls of nearly one size: a slack smaller than a call
+        would otherwise never be used."""
         if self.unlimited:
             return max_entries
         span = max(self.tick_s, 2 * self._latency)
         largest = max(1, min(max_entries, math.ceil(self.budget * span - _EPSILON)))
-        calls = math.ceil(self.budget / largest)  # equal calls, so the last one is not a sliver
-        return max(1, math.ceil(self.budget / calls))
+        room = self.ceiling()
+        calls = math.ceil(room / largest)  # equal calls, so the last one is not a sliver
+        return max(1, math.ceil(room / calls))
 
     def hold_until(self, until: float) -> None:
         self._held_until = max(self._held_until, until)
@@ -411,7 +431,7 @@ class WindowPacer:
             return 0.0
         if now < self._held_until:
             return self._held_until - now
-        return self._wait_for(min(units, self.budget), now)
+        return self._wait_for(min(units, self.ceiling()), now)
 
     def _room(self, wanted: int, least: int, now: float, ahead: float = 0.0) -> tuple[int, float]:
         """Units of `wanted` admitted at `now` + `ahead` when the window then has room for
@@ -422,7 +442,7 @@ class WindowPacer:
         if at < self._next_at - _EPSILON:
             return 0, self._next_at - at
         self._expire(now)  # what expires by `at` is kept: `at` may be ahead of now
-        room = self.budget - self._counted_at(at)
+        room = self.ceiling() - self._counted_at(at)
         if room >= least:
             return min(wanted, room), 0.0
         return 0, self._wait_for(least, at)
@@ -431,7 +451,7 @@ class WindowPacer:
         """How long after `at` the window has room for `units` (none starting meanwhile)."""
         if self._in_call:  # another call of this lane is out: its answer frees nothing yet
             return self.window_s
-        free = self.budget - self._counted_at(at)
+        free = self.ceiling() - self._counted_at(at)
         if free >= units:
             return 0.0
         for expires, n in self._spent:

@@ -9,6 +9,7 @@ acceptance instants, in every half-open 1-second window.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ class Sim:
     accepted: list[tuple[float, int]] = field(default_factory=list)
     owners: dict[int, Owner] = field(default_factory=dict)
     pacer_type: type[WindowPacer] = WindowPacer
+    slack: float = 0.0
     # The lane's look-ahead: admitted `ahead` before the room, then a database round trip of
     # up to `prepare` seconds, then `until_free` right before the request (None: no check).
     ahead: float = 0.0
@@ -47,7 +49,8 @@ class Sim:
     check_room: bool = True
 
     def new_owner(self, partition: int, now: float, held: bool) -> Owner:
-        pacer = self.pacer_type(partition_budget(self.rate, self.partitions, partition))
+        budget = partition_budget(self.rate, self.partitions, partition)
+        pacer = self.pacer_type(budget, slack=self.slack)
         if held:
             pacer.hold_until(now + pacer.window_s)
         return Owner(pacer)
@@ -378,3 +381,70 @@ def test_admitted_ahead_without_the_check_before_the_request_the_bound_fails() -
         sim.run(duration=8.0)
         worst = max(worst, sim.max_window())
     assert worst > 2222
+
+
+def test_the_ceiling_is_the_budget_plus_the_latency_within_the_slack() -> None:
+    pacer = WindowPacer(260, slack=0.02)
+    assert pacer.ceiling() == 260  # no answer yet: no latency to make up for
+    pacer.started(44, 0.0)
+    pacer.finished(44, 0.04)  # smoothed latency 0.01: 1 % of the budget
+    assert pacer.latency == pytest.approx(0.01)
+    assert pacer.ceiling() == 262
+    for start in (1.0, 2.0, 3.0, 4.0, 5.0):
+        pacer.started(44, start)
+        pacer.finished(44, start + 0.2)
+    assert pacer.ceiling() == 265  # 2 %, however slow the calls
+    assert WindowPacer(260).ceiling() == 260  # no slack: the strict bound
+    assert WindowPacer(0, slack=0.02).ceiling() == 0  # unlimited
+
+
+def test_calls_split_the_ceiling_so_a_slack_under_a_call_is_used() -> None:
+    pacer = WindowPacer(185, slack=0.02)
+    assert pacer.call_size(50) == 37  # 5 calls of 37: the budget
+    pacer.started(37, 0.0)
+    pacer.finished(37, 0.1)  # latency 0.025: the ceiling is 188
+    assert pacer.ceiling() == 188
+    assert pacer.call_size(50) == 32  # 6 calls: 5 of 32, the last one shrunk to 28
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_no_window_exceeds_the_budgets_ceilings_under_random_conditions(seed: int) -> None:
+    rng = random.Random(seed)
+    partitions = rng.choice([1, 2, 4, 12, 16])
+    rate = rng.choice([20.0, 37.0, 777.0, 1234.0, 2222.0, 3120.0, 7777.0, 10_000.0])
+    rate = max(rate, float(partitions))
+    slack = rng.choice([0.01, 0.02, 0.05, 0.1])
+    low = rng.uniform(0.0005, 0.1)
+    sim = Sim(rate, partitions, rng, latency=(low, low * rng.uniform(1, 10)), spike=0.05)
+    sim.slack = slack
+    sim.ahead, sim.prepare = rng.uniform(0.0, 0.1), rng.uniform(0.0, 0.05)
+    sim.run(duration=12.0, moves=rng.randint(0, 6))
+    ceilings = sum(
+        math.floor(partition_budget(rate, partitions, p) * (1 + slack) + 1e-9)
+        for p in range(partitions)
+    )
+    assert sim.max_window() <= ceilings <= rate * (1 + slack), (rate, slack, sim.max_window())
+
+
+@pytest.mark.parametrize("rate", [777.0, 1234.0, 2222.0, 3120.0, 7777.0, 10_000.0])
+def test_the_slack_makes_up_for_ses_latency(rate: float) -> None:
+    # Calls of 20-40 ms (SES's own, or a busy stand-in): the strict bound leaves the lanes at
+    # budget / (1 + latency), about 0.97 of the limit; a 2 % slack brings them back near it,
+    # and no second holds more than 1.02 x the limit.
+    strict = Sim(rate, 12, random.Random(3), latency=(0.02, 0.04))
+    strict.run(duration=20.0)
+    slack = Sim(rate, 12, random.Random(3), latency=(0.02, 0.04), slack=0.02)
+    slack.run(duration=20.0)
+    assert strict.average(2.0, 18.0) < 0.98 * rate
+    assert slack.average(2.0, 18.0) >= 0.985 * rate
+    assert slack.max_window() <= 1.02 * rate
+
+
+@pytest.mark.parametrize("rate", [777.0, 2222.0, 3120.0, 10_000.0])
+def test_the_slack_never_lifts_the_sustained_rate_over_the_limit(rate: float) -> None:
+    # Fast calls cost the window almost nothing: however large the slack, the grid keeps the
+    # lanes at their budgets.
+    sim = Sim(rate, 12, random.Random(4), latency=(0.001, 0.003), slack=0.1)
+    sim.run(duration=20.0)
+    assert sim.average(2.0, 18.0) <= 1.0 * rate
+    assert sim.max_window() <= 1.01 * rate
