@@ -3,9 +3,9 @@ function of the campaign's sending time (200/s from the start, 600/s after ten m
 sending, 1,200/s after thirty); the last step holds.
 
 Why steps, not a line between the points: each step is a rate that holds for a stretch of
-time, so what the limiter promises (no sliding second above the rate) is a promise about a
-number the operator wrote and can check at SES, and a lane's integer budget changes a handful
-of times instead of every poll.
+time, so what the limiter promises (no sliding second above the rate, within its slack) is a
+promise about a number the operator wrote and can check at SES, and a lane's integer budget
+changes a handful of times instead of every poll.
 
 Why sending time, not wall-clock time since the start: a warming domain cares about the
 volume it actually sent, so time spent paused (or held before a release) does not move the
