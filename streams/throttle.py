@@ -9,9 +9,9 @@ Why a window budget per partition for campaigns (`partition_budget`, `WindowPace
 owns a Kafka partition owns a fixed integer share of the campaign limit, the shares sum to the
 limit, and each lane keeps its accepted recipients within its share (plus a slack of at most
 2 % for its call latency) in every sliding second whatever the call latencies, so the sum over
-partitions holds with no shared counter. Spacing
-calls at n/rate (or GCRA, whose bound is R + P * burst over P partitions) lets one extra call
-per lane into a window as soon as latencies vary, and P lanes add those up.
+partitions holds with no shared counter. Spacing calls at n/rate (or GCRA, whose bound is
+R + P * burst over P partitions) lets one extra call per lane into a window as soon as
+latencies vary, and P lanes add those up.
 
 Why GCRA for transactional mail: one limiter per worker, where a smooth token bucket with
 sub-second resolution is the right shape (a fixed window lets 2x the limit through one sliding
