@@ -514,7 +514,7 @@ class Lane:
                 rows = []
             self._in_call = True
             counted = 0
-            free_at = float("-inf")  # when the request may leave
+            not_before = float("-inf")  # no request leaves earlier: the window's room
             outcome: CallOutcome | None = None
             try:
                 batch = await s.enter_call(cid, batch)
@@ -522,17 +522,16 @@ class Lane:
                     units = len(batch) if costs is None else sum(costs[r.seq] for r in batch)
                     if units:  # rows costing nothing are skipped without a request
                         self._learn_lead(time.monotonic() - asked)
-                        room_at = await self._wait_room(pacer, units)
-                        if room_at is None:
+                        room = await self._wait_room(pacer, units)
+                        if room is None:
                             back = [*batch, *rows]  # nothing of them was sent
                             await s.record_rows(cid, back, "pending", "rebalanced")
                             return
-                        # Counted from here: the request leaves no earlier than `free_at`
-                        # (its thread waits for it), when the window has room for it.
-                        counted = units
-                        free_at = room_at
-                        pacer.started(counted, max(time.monotonic(), free_at))
-                    outcome = await s.call_ses(campaign, batch, not_before=free_at)
+                        # Counted from here: the request leaves no earlier than the room
+                        # (its thread waits for it).
+                        counted, not_before = units, room
+                        pacer.started(counted, max(time.monotonic(), not_before))
+                    outcome = await s.call_ses(campaign, batch, not_before)
             finally:
                 self._in_call = False
                 if counted:
@@ -1098,7 +1097,7 @@ class CampaignSender:
             await self.campaigns.refresh()
 
     async def call_ses(
-        self, campaign: Any, rows: list[ClaimedRecipient], not_before: float = float("-inf")
+        self, campaign: Any, rows: list[ClaimedRecipient], not_before: float
     ) -> CallOutcome:
         """Send `rows` (one campaign) in one SES call, or in several when SES refuses the call
         whole for some of its entries (split until they are isolated: streams.call_split).

@@ -415,8 +415,8 @@ def test_no_window_exceeds_the_budgets_ceilings_under_random_conditions(seed: in
     rate = max(rate, float(partitions))
     slack = rng.choice([0.01, 0.02, 0.05, 0.1])
     low = rng.uniform(0.0005, 0.1)
-    sim = Sim(rate, partitions, rng, latency=(low, low * rng.uniform(1, 10)), spike=0.05)
-    sim.slack = slack
+    latency = (low, low * rng.uniform(1, 10))
+    sim = Sim(rate, partitions, rng, latency=latency, spike=0.05, slack=slack)
     sim.ahead, sim.prepare = rng.uniform(0.0, 0.1), rng.uniform(0.0, 0.05)
     sim.run(duration=12.0, moves=rng.randint(0, 6))
     ceilings = sum(
