@@ -17,7 +17,11 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    PartitionMetadata,
+)
 
 from flashsend.errors import FlashsendError
 from flashsend.lab.chaos import ChaosOptions, run_chaos
@@ -69,9 +73,21 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
         kafka.stop(discard=True)  # its state dir is pytest's, thrown away
 
 
+def partition_of(settings: Settings, topic: str, partition: int) -> PartitionMetadata:
+    """The partition as the cluster's metadata shows it, once it shows it: brokers learn of a
+    new topic from the controller one by one, so the one asked may not know it yet."""
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    deadline = time.monotonic() + 30
+    while True:
+        md = admin.list_topics(topic, timeout=10).topics[topic]
+        if partition in md.partitions:
+            return md.partitions[partition]
+        assert time.monotonic() < deadline, f"{topic}[{partition}] missing from the metadata"
+        time.sleep(0.1)
+
+
 def leader_of(settings: Settings, topic: str, partition: int) -> int:
-    md = AdminClient({"bootstrap.servers": settings.kafka_bootstrap}).list_topics(topic, timeout=10)
-    return int(md.topics[topic].partitions[partition].leader)
+    return int(partition_of(settings, topic, partition).leader)
 
 
 def test_three_nodes_replicate_and_survive_the_loss_of_a_leader(cluster: KafkaCluster) -> None:
@@ -82,8 +98,7 @@ def test_three_nodes_replicate_and_survive_the_loss_of_a_leader(cluster: KafkaCl
 
     topic = f"cluster-{uuid.uuid4().hex[:8]}"
     ensure_topics(s.kafka_bootstrap, {topic: 1}, replication=Replication.of(s))
-    md = admin.list_topics(topic, timeout=10).topics[topic]
-    assert len(md.partitions[0].replicas) == 3
+    assert len(partition_of(s, topic, 0).replicas) == 3
     [config] = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values()
     assert config.result(timeout=10)["min.insync.replicas"].value == "2"
 
