@@ -67,14 +67,23 @@ class CampaignCache:
     def rate_now(self, campaign: LiveCampaign, now: float | None = None) -> float:
         """The campaign's rate limit at `now` (monotonic): its ramp's step, if it has one, as
         of the sending time read at the last refresh plus the time since (while sending)."""
-        steps = self._ramps.get(campaign.id, ())
-        if not steps:
+        if campaign.id not in self._ramps:
             return campaign.rate_limit
+        return self.rate_at(campaign, self.sending_clock(campaign, now))
+
+    def sending_clock(self, campaign: LiveCampaign, now: float | None = None) -> float:
+        """Seconds the campaign has spent sending at `now` (monotonic), paused time left out:
+        read from PostgreSQL at the last refresh, plus the time since while it sends. Every
+        worker reads the same clock, which is what the ramp and the share plan run on."""
         at = time.monotonic() if now is None else now
-        elapsed = sending_elapsed(
-            campaign.sending_elapsed_s, self.refreshed_at, at, campaign.status == "sending"
+        current = self._campaigns.get(campaign.id, campaign)  # read at `refreshed_at`
+        return sending_elapsed(
+            current.sending_elapsed_s, self.refreshed_at, at, current.status == "sending"
         )
-        return effective_rate(campaign.rate_limit, steps, elapsed)
+
+    def rate_at(self, campaign: LiveCampaign, clock: float) -> float:
+        """The campaign's rate limit at `clock` seconds of sending (its ramp's step there)."""
+        return effective_rate(campaign.rate_limit, self._ramps.get(campaign.id, ()), clock)
 
     async def refresh(self) -> None:
         asked = time.monotonic()

@@ -71,13 +71,8 @@ from streams.outcomes import (
     is_throttle,
     map_bulk_response,
 )
-from streams.throttle import (
-    Aimd,
-    WindowPacer,
-    partition_budget,
-    split_rate,
-    takeover_hold_until,
-)
+from streams.share_plan import share_plan
+from streams.throttle import Aimd, WindowPacer, split_rate, takeover_hold_until
 
 log = logging.getLogger("flashsend.sender")
 
@@ -107,6 +102,10 @@ LEAD_CAP_S = 0.1
 # waits out the rest right before the request goes out: the hop to the thread, serialising
 # and signing then happen before the room instead of inside the window's count.
 HANDOFF_S = 0.05
+# A partition's share of a campaign's limit moves between partitions (streams.share_plan); a
+# lane takes the least it had from this long ago on: the window, plus the hand-off, plus
+# 0.25 s for a request to reach SES and 0.1 s for the workers' reads of the sending clock.
+PLAN_HOLD_S = WINDOW_S + HANDOFF_S + 0.25 + 0.1
 # Consumed-but-unclaimed recipients a partition may hold before the agent stops taking
 # batches. Two producer batches (schemas.doorbell.DOORBELL_BATCH_RECORDS doorbells of
 # DOORBELL_BLOCK): a fetch can bring one partition a whole batch at once, and with a bound
@@ -353,10 +352,9 @@ class Lane:
             # No pacer before the cache shows it sending: one made from a stale copy would
             # not know when its rows became sendable, and hold its first second for nothing.
             return MAX_ENTRIES
-        rate = self._sender.campaigns.rate_now(campaign)
         channel = self._sender.channels.get(campaign.channel)
         full = MAX_ENTRIES if channel is None else channel.max_entries
-        pacer = self._pacer(first.campaign_id, rate)[0]
+        pacer = self._pacer(campaign, self._lead)[0]
         cost = self._sender.row_cost(campaign)
         if cost is None:
             return pacer.call_size(full)
@@ -401,12 +399,13 @@ class Lane:
         """From admission (or the end of the wait for room) to rows entered in the call."""
         self._lead += LEAD_WEIGHT * (min(LEAD_CAP_S, max(0.0, took)) - self._lead)
 
-    async def _wait_room(self, pacer: WindowPacer, units: int) -> float | None:
+    async def _wait_room(self, campaign: LiveCampaign, units: int) -> float | None:
         """Wait until the window has room for the call admitted ahead of time, or until it
         will within HANDOFF_S, and return when it has (the instant the request may leave);
         None when the partition moved meanwhile (nothing was sent: its rows go back to
-        pending)."""
+        pending). The budget is the plan's for the request's instant, not the admission's."""
         while True:
+            pacer = self._pacer(campaign, HANDOFF_S)[0]
             now = time.monotonic()
             gap = pacer.until_free(units, now)
             if self.revoked:
@@ -415,27 +414,39 @@ class Lane:
                 return now + gap
             await asyncio.sleep(gap - HANDOFF_S)
 
-    def _pacer(self, campaign_id: int, rate: float) -> tuple[WindowPacer, Aimd]:
-        """The campaign's pacer on this lane, its budget following the AIMD rate."""
-        partitions = self._sender.config.partitions
-        share = split_rate(rate, partitions)
-        entry = self._pacers.get(campaign_id)
+    def _pacer(self, campaign: LiveCampaign, ahead: float) -> tuple[WindowPacer, Aimd]:
+        """The campaign's pacer on this lane, its budget the least the share plan gives this
+        partition from PLAN_HOLD_S ago on the sending clock to `ahead` seconds from now
+        (streams.share_plan), or the AIMD rate's share while SES throttles."""
+        s = self._sender
+        partitions = s.config.partitions
+        share = split_rate(s.campaigns.rate_now(campaign), partitions)
+        entry = self._pacers.get(campaign.id)
         if entry is None:
-            slack = self._sender.config.window_slack
+            slack = s.config.window_slack
             entry = (WindowPacer(0, window_s=WINDOW_S, slack=slack), Aimd(ceiling=share))
-            since = self._sender.campaigns.sendable_since(campaign_id)
+            since = s.campaigns.sendable_since(campaign.id)
             entry[0].hold_until(takeover_hold_until(self._assigned_at, since, WINDOW_S))
-            self._pacers[campaign_id] = entry
+            self._pacers[campaign.id] = entry
         elif entry[1].ceiling != share:
             # A new rate (a ramp's step) keeps the window: what it holds stays counted, so a
             # step up never adds a fresh second's budget on top of the last one.
             entry = (entry[0], Aimd(ceiling=share))
-            self._pacers[campaign_id] = entry
+            self._pacers[campaign.id] = entry
         pacer, aimd = entry
-        effective = rate if aimd.rate >= share else aimd.rate * partitions
-        campaign = self._sender.campaigns.get(campaign_id)
-        weights = campaign.partition_weights if campaign is not None else None
-        pacer.set_budget(partition_budget(effective, partitions, self.partition, weights))
+        clock = s.campaigns.sending_clock(campaign)
+        start, end = clock - PLAN_HOLD_S, clock + ahead
+        if aimd.rate < share:
+            rates = {aimd.rate * partitions}
+        else:  # a ramp's step within the interval: the least of both plans
+            rates = {s.campaigns.rate_at(campaign, start), s.campaigns.rate_at(campaign, end)}
+        weights = campaign.partition_weights
+        pacer.set_budget(
+            min(
+                share_plan(rate, partitions, weights).budget_over(self.partition, start, end)
+                for rate in rates
+            )
+        )
         return entry
 
     async def _run(self) -> None:
@@ -485,7 +496,7 @@ class Lane:
                 s.stats["feedback_waits"] += 1
                 await asyncio.sleep(FEEDBACK_WAIT_S)
                 continue  # everything is checked again: paused, revoked, rate changed
-            pacer, aimd = self._pacer(cid, s.campaigns.rate_now(campaign))
+            pacer, aimd = self._pacer(campaign, self._lead)
             # None: every row costs one unit of the rate (email; SMS limited in messages).
             cost = s.row_cost(campaign)
             # Each row's cost is rendered once per attempt: admission and the count share it.
@@ -522,7 +533,7 @@ class Lane:
                     units = len(batch) if costs is None else sum(costs[r.seq] for r in batch)
                     if units:  # rows costing nothing are skipped without a request
                         self._learn_lead(time.monotonic() - asked)
-                        room = await self._wait_room(pacer, units)
+                        room = await self._wait_room(campaign, units)
                         if room is None:
                             back = [*batch, *rows]  # nothing of them was sent
                             await s.record_rows(cid, back, "pending", "rebalanced")

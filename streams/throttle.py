@@ -5,13 +5,13 @@ Why per recipient: SES counts its quota in recipients, not API calls; one SendBu
 entries costs 50. SES enforces MaxSendRate per second, so the promise is about ANY sliding
 1-second window at SES, not an average.
 
-Why a window budget per partition for campaigns (`partition_budget`, `WindowPacer`): whoever
-owns a Kafka partition owns a fixed integer share of the campaign limit, the shares sum to the
-limit, and each lane keeps its accepted recipients within its share (plus a slack of at most
-2 % for its call latency) in every sliding second whatever the call latencies, so the sum over
-partitions holds with no shared counter. Spacing calls at n/rate (or GCRA, whose bound is
-R + P * burst over P partitions) lets one extra call per lane into a window as soon as
-latencies vary, and P lanes add those up.
+Why a window budget per partition for campaigns (`WindowPacer`, and `streams.share_plan` for
+the shares): whoever owns a Kafka partition owns an integer share of the campaign limit, the
+shares sum to the limit at every instant, and each lane keeps its accepted recipients within
+its share (plus a slack of at most 2 % for its call latency) in every sliding second whatever
+the call latencies, so the sum over partitions holds with no shared counter. Spacing calls at
+n/rate (or GCRA, whose bound is R + P * burst over P partitions) lets one extra call per lane
+into a window as soon as latencies vary, and P lanes add those up.
 
 Why GCRA for transactional mail: one limiter per worker, where a smooth token bucket with
 sub-second resolution is the right shape (a fixed window lets 2x the limit through one sliding
@@ -211,37 +211,6 @@ class Aimd:
         self._rate = min(self._reference, self._rate + self.increase * self._reference * elapsed)
         self._last_change = now
         return self._rate
-
-
-def partition_budget(
-    rate: float, partitions: int, partition: int, weights: Sequence[int] | None = None
-) -> int:
-    """Recipients partition `partition` may hand SES in any sliding second of a campaign
-    limited to `rate`. 0 when unlimited.
-
-    The shares are integers that sum to floor(rate) exactly: one recipient each, and the rest
-    split in proportion to `weights` (the campaign's recipients per partition, so partitions
-    that drew more users do not finish last) by largest remainder, ties to the lower
-    partition; equal weights when `weights` is None or does not fit. Every worker computes the
-    same shares from the same inputs, so the sum over partitions stays within the limit with
-    no shared counter. Below one recipient per partition per second the floor of one each
-    makes the bound `partitions` per second."""
-    if partitions < 1:
-        raise ValueError(f"partitions must be >= 1, got {partitions}")
-    if not 0 <= partition < partitions:
-        raise ValueError(f"partition {partition} outside 0..{partitions - 1}")
-    if rate <= 0:
-        return 0
-    rest = math.floor(rate + _EPSILON) - partitions
-    if rest <= 0:
-        return 1
-    if weights is None or len(weights) != partitions or min(weights) < 0 or sum(weights) == 0:
-        weights = [1] * partitions
-    total = sum(weights)
-    floors = [rest * w // total for w in weights]
-    left = rest - sum(floors)
-    by_remainder = sorted(range(partitions), key=lambda p: (-(rest * weights[p] % total), p))
-    return 1 + floors[partition] + (1 if partition in by_remainder[:left] else 0)
 
 
 def affordable_rows(costs: Sequence[int], units: int) -> int:

@@ -200,16 +200,22 @@ def steady_average(settings: Settings, cid: int) -> float:
     return sum(steady) / len(steady)
 
 
+def whole_run_average(settings: Settings, cid: int) -> float:
+    """Accepted per second at the stand-in from its first accepted entry to its last."""
+    points = [(t, n) for t, n in admin(settings).rate(str(cid), bucket_ms=1) if n > 0]
+    return sum(n for _, n in points) / (points[-1][0] - points[0][0])
+
+
 @pytest.mark.parametrize(
     ("rate", "workers", "join_at"),
-    [(777, 2, None), (2222, 2, 2.0), (3120, 3, None), (37, 1, None)],
+    [(777, 2, None), (2222, 2, 2.0), (3120, 3, None), (23, 1, None)],
 )
 def test_limiter_holds_in_every_second_at_awkward_rates(
     settings: Settings, rate: int, workers: int, join_at: float | None
 ) -> None:
     """Measured at the stand-in, in every sliding second: never above the limit, and close
     to it on average. With `join_at`, one more worker joins mid-run and partitions move."""
-    seed_users(settings.pg_dsn, max(500, rate * 8))  # 8 s of sending; 37/s: ~12 s
+    seed_users(settings.pg_dsn, max(500, rate * 8))  # 8 s of sending; 23/s: ~19 s
     cid = new_campaign(settings, rate=rate)
     pool = WorkerPool(settings, settings.state_dir / f"logs-{cid}")
     pool.start(workers)
@@ -238,6 +244,10 @@ def test_limiter_holds_in_every_second_at_awkward_rates(
         # Far from the limit means a pacer that wastes its budget. Not a speed figure (the
         # machine may be shared): `flashsend bench` reports the sweep's average ratios.
         assert steady_average(settings, cid) >= 0.6 * rate, s
+    if rate < 100:
+        # Shares of 1 and 2/s over 12 partitions: the partitions finish together only if the
+        # extra recipient moves between them (streams.share_plan).
+        assert whole_run_average(settings, cid) >= 0.88 * rate, s
 
 
 def test_start_refuses_missing_template_and_excess_rate(settings: Settings) -> None:

@@ -20,8 +20,9 @@ from infra.ses_standin.sms import SmsAccount
 from infra.ses_standin.stats import max_in_window
 from producers.campaign_ops import create_campaign
 from sinks.recipient_store import ClaimedRecipient, LiveCampaign
+from streams.share_plan import share_plan
 from streams.sms_channel import row_segments
-from streams.throttle import WindowPacer, affordable_rows, partition_budget
+from streams.throttle import WindowPacer, affordable_rows
 
 SMS_CALL = 10
 
@@ -151,14 +152,14 @@ def test_no_window_at_the_provider_holds_more_segments_than_the_limit(
     accepted: list[tuple[float, int]] = []
     bound = 0
     for p in range(partitions):
-        budget = partition_budget(rate, partitions, p)
+        budget = share_plan(rate, partitions).budget_at(p, 0.0)
         costs = [rng.choice([0, *range(1, dearest + 1)]) for _ in range(rng.randint(0, 120))]
         bound += max(budget, max(costs, default=0))
         accepted += simulate_lane(WindowPacer(budget), costs, rng, (0.0005, slow))
     accepted.sort()
     worst = max_in_window([t for t, _ in accepted], [n for _, n in accepted])
     assert worst <= bound
-    if dearest <= min(partition_budget(rate, partitions, p) for p in range(partitions)):
+    if dearest <= min(share_plan(rate, partitions).budget_at(p, 0.0) for p in range(partitions)):
         assert worst <= max(rate, partitions)
 
 
@@ -168,7 +169,7 @@ def test_the_bound_fails_when_each_message_counts_one() -> None:
     rng = random.Random(7)
     accepted: list[tuple[float, int]] = []
     for p in range(4):
-        pacer = WindowPacer(partition_budget(37, 4, p))
+        pacer = WindowPacer(share_plan(37, 4).budget_at(p, 0.0))
         for t, _ in simulate_lane(pacer, [1] * 200, rng, (0.01, 0.05)):
             accepted.append((t, 2))
     accepted.sort()

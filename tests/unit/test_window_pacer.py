@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from infra.ses_standin.stats import max_in_window
-from streams.throttle import WindowPacer, partition_budget, takeover_hold_until
+from streams.share_plan import share_plan
+from streams.throttle import WindowPacer, takeover_hold_until
 
 MAX_ENTRIES = 50
 
@@ -49,7 +50,7 @@ class Sim:
     check_room: bool = True
 
     def new_owner(self, partition: int, now: float, held: bool) -> Owner:
-        budget = partition_budget(self.rate, self.partitions, partition)
+        budget = share_plan(self.rate, self.partitions).budget_at(partition, 0.0)
         pacer = self.pacer_type(budget, slack=self.slack)
         if held:
             pacer.hold_until(now + pacer.window_s)
@@ -115,18 +116,6 @@ class Sim:
 
     def average(self, start: float, end: float) -> float:
         return sum(n for t, n in self.accepted if start <= t < end) / (end - start)
-
-
-def test_budgets_are_integer_shares_that_sum_to_the_limit() -> None:
-    for rate in (20, 37, 120.5, 600, 777, 1234, 2222, 3120, 7777, 10_000):
-        for partitions in (1, 3, 12, 16):
-            shares = [partition_budget(rate, partitions, p) for p in range(partitions)]
-            assert max(shares) - min(shares) <= 1
-            assert sum(shares) == max(int(rate), partitions) if rate < partitions else int(rate)
-    assert partition_budget(0, 12, 3) == 0
-    assert [partition_budget(5, 12, p) for p in range(12)] == [1] * 12  # floor of one each
-    with pytest.raises(ValueError):
-        partition_budget(100, 12, 12)
 
 
 def test_call_size_is_a_tick_of_the_budget() -> None:
@@ -313,29 +302,6 @@ def test_the_bound_fails_without_counting_a_call_until_after_its_answer() -> Non
     assert worst > 2222
 
 
-def test_weighted_shares_follow_the_partitions_recipients() -> None:
-    weights = [4204, 4370, 4291, 4310, 0, 4285, 4258, 4321, 4322, 4313, 4289, 4297]
-    shares = [partition_budget(777, 12, p, weights) for p in range(12)]
-    assert sum(shares) == 777
-    assert shares[4] == 1  # no recipients: the floor of one
-    assert shares[1] == max(shares) and shares[0] == min(s for s in shares if s > 1)
-    # the same on every worker, and equal shares when the weights do not fit the topic
-    assert shares == [partition_budget(777, 12, p, list(weights)) for p in range(12)]
-    equal = [partition_budget(777, 12, p) for p in range(12)]
-    assert [partition_budget(777, 12, p, [1, 2]) for p in range(12)] == equal
-    assert [partition_budget(777, 12, p, [0] * 12) for p in range(12)] == equal
-
-
-@pytest.mark.parametrize("seed", range(20))
-def test_weighted_shares_sum_to_the_limit(seed: int) -> None:
-    rng = random.Random(seed)
-    partitions = rng.randint(1, 24)
-    rate = rng.uniform(partitions, 12_000)
-    weights = [rng.choice([0, rng.randint(1, 100_000)]) for _ in range(partitions)]
-    shares = [partition_budget(rate, partitions, p, weights) for p in range(partitions)]
-    assert sum(shares) == int(rate) and min(shares) >= 1
-
-
 def test_admitting_ahead_forecasts_the_room_and_the_request_waits_for_it() -> None:
     pacer = WindowPacer(100)
     pacer.started(100)  # no turn on the grid: only the window holds the next call back
@@ -420,7 +386,7 @@ def test_no_window_exceeds_the_budgets_ceilings_under_random_conditions(seed: in
     sim.ahead, sim.prepare = rng.uniform(0.0, 0.1), rng.uniform(0.0, 0.05)
     sim.run(duration=12.0, moves=rng.randint(0, 6))
     ceilings = sum(
-        math.floor(partition_budget(rate, partitions, p) * (1 + slack) + 1e-9)
+        math.floor(share_plan(rate, partitions).budget_at(p, 0.0) * (1 + slack) + 1e-9)
         for p in range(partitions)
     )
     assert sim.max_window() <= ceilings <= rate * (1 + slack), (rate, slack, sim.max_window())
