@@ -9,9 +9,13 @@ import random
 
 import pytest
 
+from streams.sender import HANDOFF_S, PLAN_HOLD_S, WINDOW_S
 from streams.share_plan import MIN_CYCLE_S, share_plan
 
-HOLD, AHEAD = 1.4, 0.05  # the sender's PLAN_HOLD_S and HANDOFF_S
+HOLD, AHEAD = PLAN_HOLD_S, HANDOFF_S
+# How far apart the checks of calls SES accepts in one second may be: the second, the hand-off,
+# 0.25 s from a check to SES accepting the request, 0.1 s between the workers' sending clocks.
+SPREAD = WINDOW_S + HANDOFF_S + 0.25 + 0.1
 
 
 def random_weights(rng: random.Random, partitions: int) -> list[int] | None:
@@ -40,18 +44,41 @@ def test_budgets_sum_to_the_limit_at_every_instant(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(40))
 def test_lanes_asking_within_a_hold_never_add_up_over_the_limit(seed: int) -> None:
-    """The sender's bound: calls SES accepts in one second were admitted under budgets asked
-    within hold - ahead of each other's windows; each lane's least budget over its own
-    [clock - hold, clock + ahead] then shares an instant with every other's."""
+    """The sender's bound: calls SES accepts in one second were checked under budgets asked
+    within SPREAD of each other; each lane's least budget over its own [clock - hold,
+    clock + ahead] then shares an instant with every other's."""
     rng = random.Random(seed)
     partitions = rng.randint(2, 16)
     rate = rng.choice([rng.uniform(partitions + 1, 60), rng.uniform(60, 5_000)])
     plan = share_plan(rate, partitions, random_weights(rng, partitions))
     for _ in range(400):
         x = rng.uniform(0, 3 * plan.cycle_s)
-        clocks = [rng.uniform(x - AHEAD, x + HOLD) for _ in range(partitions)]
+        clocks = [rng.uniform(x, x + SPREAD) for _ in range(partitions)]
         total = sum(plan.budget_over(p, c - HOLD, c + AHEAD) for p, c in enumerate(clocks))
         assert total <= math.floor(rate)
+
+
+@pytest.mark.parametrize("rate", [20, 23, 37, 777])
+def test_no_second_sees_a_moved_recipient_twice(rate: float) -> None:
+    """Every instant of a cycle, 5 ms apart: over any SPREAD of checks, the most each lane
+    could be given adds up to at most the limit (the giver's last +1 and the taker's first are
+    further apart than SPREAD)."""
+    weights = [43, 57, 50, 48, 61, 39, 52, 50, 47, 55, 49, 49]
+    plan = share_plan(rate, 12, [w * rate for w in weights])
+    step = 0.005
+    n = int(plan.cycle_s / step) + 1
+    span = int(SPREAD / step) + 1
+    most = [0] * n
+    for p in range(12):
+        extra = [
+            plan.budget_over(p, k * step - HOLD, k * step + AHEAD) - plan.base[p] for k in range(n)
+        ]
+        sums = [0]
+        for e in extra:
+            sums.append(sums[-1] + e)
+        for k in range(n - span):
+            most[k] += plan.base[p] + (1 if sums[k + span] > sums[k] else 0)
+    assert max(most[: n - span]) <= math.floor(rate)
 
 
 def test_a_budget_over_an_interval_is_its_least() -> None:
