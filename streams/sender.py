@@ -399,19 +399,22 @@ class Lane:
         """From admission (or the end of the wait for room) to rows entered in the call."""
         self._lead += LEAD_WEIGHT * (min(LEAD_CAP_S, max(0.0, took)) - self._lead)
 
-    async def _wait_room(self, campaign: LiveCampaign, units: int) -> float | None:
+    async def _wait_room(
+        self, campaign: LiveCampaign, units: int
+    ) -> tuple[float, WindowPacer] | None:
         """Wait until the window has room for the call admitted ahead of time, or until it
-        will within HANDOFF_S, and return when it has (the instant the request may leave);
-        None when the partition moved meanwhile (nothing was sent: its rows go back to
-        pending). The budget is the plan's for the request's instant, not the admission's."""
+        will within HANDOFF_S, and return when it has (the instant the request may leave) with
+        the pacer that said so, which counts the call; None when the partition moved
+        meanwhile (nothing was sent: its rows go back to pending). The budget is the plan's
+        for the request's instant, not the admission's."""
         while True:
+            if self.revoked:
+                return None
             pacer = self._pacer(campaign, HANDOFF_S)[0]
             now = time.monotonic()
             gap = pacer.until_free(units, now)
-            if self.revoked:
-                return None
             if gap <= HANDOFF_S:
-                return now + gap
+                return now + gap, pacer
             await asyncio.sleep(gap - HANDOFF_S)
 
     def _pacer(self, campaign: LiveCampaign, ahead: float) -> tuple[WindowPacer, Aimd]:
@@ -540,7 +543,8 @@ class Lane:
                             return
                         # Counted from here: the request leaves no earlier than the room
                         # (its thread waits for it).
-                        counted, not_before = units, room
+                        not_before, pacer = room
+                        counted = units
                         pacer.started(counted, max(time.monotonic(), not_before))
                     outcome = await s.call_ses(campaign, batch, not_before)
             finally:
