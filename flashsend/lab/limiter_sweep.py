@@ -11,6 +11,7 @@ For each rate R the campaign has R x `seconds` recipients, so every run sends fo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,8 +23,15 @@ from flashsend.settings import Settings
 from infra.ses_standin.admin import SesStandinAdmin
 
 # Acceptance times at the stand-in are per call; 1 ms buckets keep them exact enough for the
-# steady-state window and stay far below the stand-in's bucket limit for a short run.
+# steady-state window. The stand-in answers at most 100,000 buckets: a long run gets coarser
+# ones, at most half that many.
 SERIES_BUCKET_MS = 1
+MAX_SERIES_BUCKETS = 50_000
+
+
+def series_bucket_ms(span_s: float) -> int:
+    """The bucket for a run whose acceptances span at most `span_s` seconds."""
+    return max(SERIES_BUCKET_MS, math.ceil(span_s * 1000 / MAX_SERIES_BUCKETS))
 
 
 def run_sweep(
@@ -49,7 +57,8 @@ def run_sweep(
             audience=audience_of(settings, recipients),
             timeout=max(120.0, 10 * seconds),
         )
-        series = ses.rate(str(run["campaign_id"]), SERIES_BUCKET_MS)
+        span_s = run["end_to_end_s"] or 2 * seconds
+        series = ses.rate(str(run["campaign_id"]), series_bucket_ms(span_s))
         rows.append(
             {
                 **limiter_figures(rate, run["max_1s_window"], series),

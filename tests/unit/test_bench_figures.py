@@ -15,6 +15,7 @@ from flashsend.lab.bench_figures import (
     summary,
     worst_ratio,
 )
+from flashsend.lab.limiter_sweep import series_bucket_ms
 
 
 def test_default_sweep_covers_37_to_7777_with_non_round_rates() -> None:
@@ -95,3 +96,10 @@ def test_percentile_is_a_measured_value_by_nearest_rank() -> None:
     assert percentile([4.0], 99) == 4.0
     assert percentile([], 99) is None
     assert percentile([1.0, 2.0], 50) == 1.0  # never 1.5: no interpolation
+
+
+def test_a_long_sweep_run_asks_the_stand_in_for_coarser_buckets() -> None:
+    assert series_bucket_ms(6.0) == 1
+    assert series_bucket_ms(50.0) == 1
+    for span_s in (50.001, 120.0, 3_600.0):  # the stand-in answers at most 100,000 buckets
+        assert span_s * 1000 / series_bucket_ms(span_s) <= 50_000
