@@ -423,7 +423,8 @@ class Lane:
         (streams.share_plan), or the AIMD rate's share while SES throttles."""
         s = self._sender
         partitions = s.config.partitions
-        share = split_rate(s.campaigns.rate_now(campaign), partitions)
+        clock = s.campaigns.sending_clock(campaign)
+        share = split_rate(s.campaigns.rate_at(campaign, clock), partitions)
         entry = self._pacers.get(campaign.id)
         if entry is None:
             slack = s.config.window_slack
@@ -437,7 +438,6 @@ class Lane:
             entry = (entry[0], Aimd(ceiling=share))
             self._pacers[campaign.id] = entry
         pacer, aimd = entry
-        clock = s.campaigns.sending_clock(campaign)
         start, end = clock - PLAN_HOLD_S, clock + ahead
         if aimd.rate < share:
             rates = {aimd.rate * partitions}

@@ -51,10 +51,6 @@ class SharePlan:
     start: tuple[int, ...]
     cycle_s: float
 
-    @property
-    def partitions(self) -> int:
-        return len(self.base)
-
     def budget_at(self, partition: int, clock: float) -> int:
         """The partition's budget at the sending clock `clock` (seconds)."""
         return self.budget_over(partition, clock, clock)
