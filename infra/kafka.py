@@ -287,9 +287,9 @@ def cluster_id_of(settings: Settings) -> str:
 def partition_leaders(bootstrap: str, topic: str) -> dict[int, int]:
     """The node id leading each partition of `topic` (-1: none right now), as the cluster's
     metadata says."""
-    from confluent_kafka.admin import AdminClient
+    from producers.topics import admin_client
 
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    md = admin_client(bootstrap).list_topics(topic, timeout=10)
     meta = md.topics.get(topic)
     if meta is None or meta.error is not None:
         raise StackError(f"kafka at {bootstrap}: no metadata for topic {topic!r}")
@@ -310,18 +310,16 @@ def busiest_leader(leaders: dict[int, int]) -> int:
 
 def broker_ids(bootstrap: str) -> list[int]:
     """The node ids of the brokers the cluster's metadata lists."""
-    from confluent_kafka.admin import AdminClient
+    from producers.topics import admin_client
 
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    md = admin_client(bootstrap).list_topics(timeout=10)
     return sorted(int(b) for b in md.brokers)
 
 
 def _metadata_ok(bootstrap: str, brokers: int = 1) -> bool:
-    from confluent_kafka.admin import AdminClient
+    from producers.topics import admin_client
 
-    admin = AdminClient(
-        {"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 1000}
-    )
+    admin = admin_client(bootstrap, **{"socket.connection.setup.timeout.ms": 1000})
     try:
         md = admin.list_topics(timeout=1.0)
     except Exception:

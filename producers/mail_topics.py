@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined,unused-ignore]
-    AdminClient,
     ConfigResource,
     NewTopic,
 )
 
 from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
-from producers.topics import Replication, check_replication
+from producers.topics import Replication, admin_client, check_replication
 
 
 def ensure_mail_topics(settings: Settings, *, timeout: float = 30.0) -> None:
     """order.events (retention = order_events_retention_s), mail.events and the DLQ."""
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = admin_client(settings.kafka_bootstrap)
     try:
         existing = admin.list_topics(timeout=timeout).topics
     except KafkaException as exc:
@@ -46,7 +45,7 @@ def ensure_mail_topics(settings: Settings, *, timeout: float = 30.0) -> None:
 
 def topic_retention_s(bootstrap: str, topic: str, *, timeout: float = 10.0) -> float:
     """The topic's retention.ms in seconds (-1 = forever, returned as 0)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = admin_client(bootstrap)
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     try:
         configs = admin.describe_configs([resource])[resource].result(timeout=timeout)

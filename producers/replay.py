@@ -39,6 +39,7 @@ from psycopg.types.json import Jsonb
 
 from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
+from producers.topics import admin_client
 from schemas import serde
 from schemas.doorbell import doorbell_seqs
 from schemas.serde import AvroCodec, RegistryUnavailable, SerdeError
@@ -170,7 +171,7 @@ def plan_replay(
     now_ms: int | None = None,
 ) -> Plan:
     now_ms = now_ms or int(time.time() * 1000)
-    admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
+    admin = admin_client(s.kafka_bootstrap)
     consumer = _consumer(s)
     codec = serde.codec(s, binding.schema)
     try:
@@ -327,7 +328,7 @@ def apply_replay(s: Settings, plan: Plan, *, reason: str, forced: bool) -> str:
         raise ReplayRefused("nothing to do")
     replay_id = str(uuid.uuid4())
     who, host = operator(s)
-    admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
+    admin = admin_client(s.kafka_bootstrap)
     params = {"group_id": b.group_id, "topic": b.topic}
     with psycopg.connect(s.pg_dsn) as conn, conn.transaction():
         ids = [p.partition for p in moves]

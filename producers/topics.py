@@ -25,6 +25,15 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from flashsend.errors import FlashsendError
 
+# librdkafka prints each failed connect to stderr, one line every 50 ms while a call waits.
+# These clients' callers turn a failure into one line of their own; only critical lines pass.
+_QUIET = {"log_level": 2}
+
+
+def admin_client(bootstrap: str, **conf: Any) -> AdminClient:
+    """A short-lived admin client that leaves stderr to its caller's error."""
+    return AdminClient({"bootstrap.servers": bootstrap, **_QUIET, **conf})
+
 
 @dataclass(frozen=True)
 class Replication:
@@ -88,7 +97,7 @@ def ensure_topics(
     """Create missing topics with the given partition counts and replication (default: one
     replica, the local broker), after checking the replication against the cluster."""
     replication = replication or Replication()
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = admin_client(bootstrap)
     try:
         existing = admin.list_topics(timeout=timeout).topics
     except KafkaException as exc:

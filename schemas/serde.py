@@ -144,7 +144,16 @@ def check_registered(settings: Settings, names: tuple[str, ...]) -> None:
     an id (or may be registered here). Raises ContractNotRegistered, one line for the CLI,
     instead of an agent crashing later with a traceback."""
     for name in names:
-        codec(settings, name)
+        try:
+            codec(settings, name)
+        except FlashsendError:
+            raise
+        except Exception as exc:  # httpx transport errors, timeouts: the registry is away
+            raise FlashsendError(
+                f"the schema registry at {settings.schema_registry_url} does not answer "
+                f"({type(exc).__name__}: {exc}): start the local stack with `flashsend up`, or "
+                "point FLASHSEND_SCHEMA_REGISTRY_URL at your registry"
+            ) from exc
 
 
 def _missing(exc: SchemaRegistryError) -> bool:

@@ -191,8 +191,8 @@ def run_feedback_worker(settings: Settings, loglevel: str) -> int:
     from flashsend.faust_worker import BoundedShutdownWorker
 
     deliverability.thresholds(settings)  # refuse nonsense thresholds before joining the group
-    ensure_mail_topics(settings)
     serde.check_registered(settings, ("ses_event", "unsubscribed"))
+    ensure_mail_topics(settings)
     (settings.state_dir / "faust").mkdir(parents=True, exist_ok=True)
     app = create_feedback_app(settings)
     worker = BoundedShutdownWorker(

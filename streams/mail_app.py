@@ -270,8 +270,8 @@ def run_mail_worker(settings: Settings, loglevel: str) -> int:
     from flashsend.faust_worker import BoundedShutdownWorker
 
     check_mail_settings(settings)
-    ensure_mail_topics(settings)
     serde.check_registered(settings, ("order_event", "mail_lifecycle"))
+    ensure_mail_topics(settings)
     (settings.state_dir / "faust").mkdir(parents=True, exist_ok=True)
     app = create_mail_app(settings)
     worker = BoundedShutdownWorker(

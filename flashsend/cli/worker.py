@@ -44,12 +44,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from streams.app import create_app
 
     settings = load_settings()
+    check_registered(settings, ("campaign_recipient",))  # before any Kafka client: one line
     ensure_topics(
         settings.kafka_bootstrap,
         {settings.topic_recipients: settings.partitions, settings.topic_dlq: 1},
         replication=Replication.of(settings),
     )
-    check_registered(settings, ("campaign_recipient",))
     (settings.state_dir / "faust").mkdir(parents=True, exist_ok=True)
     app = create_app(settings)
     worker = BoundedShutdownWorker(

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from confluent_kafka.admin import AdminClient
 
 from flashsend.errors import UsageError
 from flashsend.lab.bench_campaign import run_campaign
@@ -39,6 +38,7 @@ from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
 from infra.ses_standin.admin import SesStandinAdmin
 from producers.resend_unknown import feedback_lag
+from producers.topics import admin_client
 from sinks.ses import SesSender, make_client
 
 SEED_SNAPSHOT_SQL = """
@@ -80,7 +80,7 @@ class BenchOptions:
 
 
 def broker_count(settings: Settings) -> int:
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = admin_client(settings.kafka_bootstrap)
     return len(admin.list_topics(timeout=10).brokers)
 
 

@@ -223,9 +223,10 @@ def wait_joined(
     import time
 
     from confluent_kafka import ConsumerGroupState, KafkaException
-    from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    from producers.topics import admin_client
+
+    admin = admin_client(settings.kafka_bootstrap)
     began = time.monotonic()
     while time.monotonic() - began < timeout:
         try:
