@@ -219,15 +219,19 @@ def snapshot(
     return count
 
 
-def produce_pending(
-    settings: Settings, conn: psycopg.Connection, campaign_id: int, progress: Progress | None = None
-) -> int:
-    """Produce a doorbell for every pending row of the campaign; returns how many."""
+def ensure_campaign_topics(settings: Settings) -> None:
     ensure_topics(
         settings.kafka_bootstrap,
         {settings.topic_recipients: settings.partitions, settings.topic_dlq: 1},
         replication=Replication.of(settings),
     )
+
+
+def produce_pending(
+    settings: Settings, conn: psycopg.Connection, campaign_id: int, progress: Progress | None = None
+) -> int:
+    """Produce a doorbell for every pending row of the campaign; returns how many."""
+    ensure_campaign_topics(settings)
     codec = serde.codec(settings, "campaign_recipient")
     producer = Producer(
         {
@@ -310,6 +314,9 @@ def start_campaign(
         template, rate, audience, status, produced_at = row[2], row[5], row[6], row[7], row[13]
         channel = row[16]
         if status == "draft":
+            # Kafka and the contract first: a start they refuse leaves the campaign a draft.
+            ensure_campaign_topics(settings)
+            serde.check_registered(settings, ("campaign_recipient",))
             quota = None
             if channel == "sms":
                 try:

@@ -39,17 +39,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
         return run_role(load_settings(), args.role, args.loglevel)
     from flashsend.faust_worker import BoundedShutdownWorker
-    from producers.topics import Replication, ensure_topics
+    from producers.campaign import ensure_campaign_topics
     from schemas.serde import check_registered
     from streams.app import create_app
 
     settings = load_settings()
     check_registered(settings, ("campaign_recipient",))  # before any Kafka client: one line
-    ensure_topics(
-        settings.kafka_bootstrap,
-        {settings.topic_recipients: settings.partitions, settings.topic_dlq: 1},
-        replication=Replication.of(settings),
-    )
+    ensure_campaign_topics(settings)
     (settings.state_dir / "faust").mkdir(parents=True, exist_ok=True)
     app = create_app(settings)
     worker = BoundedShutdownWorker(
