@@ -232,6 +232,13 @@ def produce_pending(
 ) -> int:
     """Produce a doorbell for every pending row of the campaign; returns how many."""
     ensure_campaign_topics(settings)
+    return _produce_doorbells(settings, conn, campaign_id, progress)
+
+
+def _produce_doorbells(
+    settings: Settings, conn: psycopg.Connection, campaign_id: int, progress: Progress | None
+) -> int:
+    """`produce_pending` once the campaign's topics exist."""
     codec = serde.codec(settings, "campaign_recipient")
     producer = Producer(
         {
@@ -313,10 +320,13 @@ def start_campaign(
             raise NotFound(f"campaign {campaign_id} does not exist")
         template, rate, audience, status, produced_at = row[2], row[5], row[6], row[7], row[13]
         channel = row[16]
+        if status != "draft" and not (status in ("sending", "paused") and produced_at is None):
+            count = int(row[9] or 0)
+            return StartResult(campaign_id, count, 0, 0, 0.0, 0.0, already_started=True)
+        # Kafka and the contract first: a start they refuse leaves a draft a draft.
+        ensure_campaign_topics(settings)
+        serde.check_registered(settings, ("campaign_recipient",))
         if status == "draft":
-            # Kafka and the contract first: a start they refuse leaves the campaign a draft.
-            ensure_campaign_topics(settings)
-            serde.check_registered(settings, ("campaign_recipient",))
             quota = None
             if channel == "sms":
                 try:
@@ -365,16 +375,13 @@ def start_campaign(
             recipients = snapshot(conn, campaign_id, audience, plan, quota, seeds, spread_rate)
             snapshot_s = time.monotonic() - t0
             already = False
-        elif status in ("sending", "paused") and produced_at is None:
+        else:  # started, not yet produced in full: resume
             recipients = int(row[9] or 0)
             snapshot_s = 0.0
             already = True
-        else:
-            count = int(row[9] or 0)
-            return StartResult(campaign_id, count, 0, 0, 0.0, 0.0, already_started=True)
         t1 = time.monotonic()
         try:
-            produced = produce_pending(settings, conn, campaign_id, progress)
+            produced = _produce_doorbells(settings, conn, campaign_id, progress)
         except KafkaException as exc:
             raise FlashsendError(f"producing failed: {exc}; start again to resume") from exc
         SeedStore(conn).start_hold(campaign_id)

@@ -25,14 +25,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from flashsend.errors import FlashsendError
 
-# librdkafka prints each failed connect to stderr, one line every 50 ms while a call waits.
-# These clients' callers turn a failure into one line of their own; only critical lines pass.
-_QUIET = {"log_level": 2}
-
 
 def admin_client(bootstrap: str, **conf: Any) -> AdminClient:
-    """A short-lived admin client that leaves stderr to its caller's error."""
-    return AdminClient({"bootstrap.servers": bootstrap, **_QUIET, **conf})
+    """A short-lived admin client that leaves stderr to its caller's error. librdkafka prints
+    each failed connect, one line every 50 ms while a call waits; the callers turn a failure
+    into one line of their own, so only critical lines pass (log_level 2)."""
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 2, **conf})
 
 
 @dataclass(frozen=True)
