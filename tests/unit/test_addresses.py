@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streams.addresses import (
     SIMULATOR_DOMAIN,
+    _problem,
     is_simulator_address,
     is_valid_email,
     normalise_email,
@@ -116,3 +119,44 @@ def test_normalised_address_with_spaces_becomes_valid() -> None:
 def test_is_simulator_address(addr: str, expected: bool) -> None:
     assert is_simulator_address(addr) is expected
     assert SIMULATOR_DOMAIN == "simulator.amazonses.com"
+
+
+# Characters that decide the checks: atext, dots, hyphens, the at sign, a space, a control
+# character, a non-ASCII letter, and the letters of "xn--".
+_TRICKY = "aZx9n.-@ _+'\x01é"
+_parts = st.text(alphabet=_TRICKY, max_size=70)
+
+
+@given(st.builds(lambda local, domain, tld: f"{local}@{domain}.{tld}", _parts, _parts, _parts))
+@settings(max_examples=3000, deadline=None)
+def test_the_fast_path_accepts_only_what_the_full_check_accepts(addr: str) -> None:
+    assert is_valid_email(addr) == _problem(addr)
+
+
+@given(st.text(alphabet=_TRICKY, max_size=300))
+@settings(max_examples=2000, deadline=None)
+def test_the_fast_path_agrees_on_any_string(addr: str) -> None:
+    assert is_valid_email(addr) == _problem(addr)
+
+
+@pytest.mark.parametrize(
+    "addr",
+    [
+        "a" * 64 + "@example.com",
+        "a" * 65 + "@example.com",
+        "a@" + "b" * 63 + ".com",
+        "a@" + "b" * 64 + ".com",
+        "a@example.xn--p1ai",
+        "a@example.xn--",
+        "a@example.xn--p1ai-",
+        "a@example.XN--p1ai",
+        "a@-example.com",
+        "a@example-.com",
+        ".a@example.com",
+        "a@example." + "c" * 63,
+        "a@example." + "c" * 64,
+        "x@" + ".".join(["d" * 60] * 4) + ".com",
+    ],
+)
+def test_the_fast_path_at_the_length_limits(addr: str) -> None:
+    assert is_valid_email(addr) == _problem(addr)
