@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit
 
 from flashsend.errors import UsageError
-from flashsend.settings import LOCAL_UNSUBSCRIBE_KEYS, Settings
+from flashsend.settings import LOCAL_FIREHOSE_ACCESS_KEY, LOCAL_UNSUBSCRIBE_KEYS, Settings
 from producers.sns_verify import HttpsCertificateSource, VerifierPolicy
 from sinks.recipient_store import ClaimedRecipient
 from streams.feedback_logic import Thresholds
@@ -95,9 +95,16 @@ def matching_event_types(settings: Settings) -> list[str]:
 
 def firehose_access_keys(settings: Settings) -> tuple[str, ...]:
     """The access keys a Firehose delivery stream may present (FLASHSEND_FIREHOSE_ACCESS_KEYS,
-    comma-separated); none configured: the /firehose route refuses every request."""
+    comma-separated); none configured: the /firehose route refuses every request. The
+    well-known local key is refused with real Amazon SES."""
     spec = settings.firehose_access_keys.get_secret_value()
-    return tuple(key.strip() for key in spec.split(",") if key.strip())
+    keys = tuple(key.strip() for key in spec.split(",") if key.strip())
+    if LOCAL_FIREHOSE_ACCESS_KEY in keys and not is_local(settings):
+        raise DeliverabilityConfigError(
+            "FLASHSEND_FIREHOSE_ACCESS_KEYS still holds the local development key: anyone could "
+            "post SES events to your webhook. Set it to a secret (`openssl rand -hex 32`)"
+        )
+    return keys
 
 
 def token_keys(settings: Settings) -> TokenKeys:

@@ -19,6 +19,7 @@ ENV_PREFIX = "FLASHSEND_"
 # Deliverability: a well-known key, refused when sending through real Amazon SES.
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 LOCAL_UNSUBSCRIBE_KEYS = "local:Zmxhc2hzZW5kLWxvY2FsLW9ubHktdW5zdWJzY3JpYmU="
+LOCAL_FIREHOSE_ACCESS_KEY = "flashsend-local-only-firehose-access-key"
 
 
 class Settings(BaseSettings):
@@ -191,8 +192,9 @@ class Settings(BaseSettings):
     feedback_max_lag_s: float = 1.5
     webhook_publish_timeout_s: float = 10.0  # broker ack wait before answering SNS 503
     # Keys a Firehose delivery stream may present at POST /firehose (comma-separated: more
-    # than one while a key is rotated); empty: the route refuses every request.
-    firehose_access_keys: SecretStr = SecretStr("")
+    # than one while a key is rotated); empty: the route refuses every request. The default
+    # is a well-known key for the local stack, refused when sending through real Amazon SES.
+    firehose_access_keys: SecretStr = SecretStr(LOCAL_FIREHOSE_ACCESS_KEY)
     # SES event types the configuration sets' event destinations publish: what the feedback
     # agent and reconcile use. Add "Open" and "Click" for engagement (A/B winners need them).
     # No "Send": it doubles the events of every campaign and adds nothing the agent needs (the
@@ -207,9 +209,12 @@ class Settings(BaseSettings):
         "Rendering Failure",
     )
 
-    # SES events through SQS (SES → SNS → SQS, raw message delivery → `flashsend events pull`)
-    # — docs/deliverability.md compares it with the webhook.
-    events_ingest: str = "webhook"  # webhook | sqs | firehose: what `flashsend aws plan` sets up
+    # How SES events reach mail.events (docs/deliverability.md compares the paths): firehose
+    # (SES → Firehose → the webhook's /firehose, batches of up to 500 events), webhook (SES →
+    # SNS → /sns, one signed POST per event) or sqs (SES → SNS → SQS → `flashsend events pull`).
+    # What `flashsend aws plan` sets up, and how `flashsend up` routes the stand-in's events.
+    # Firehose by default: every event arrives, at about a third of the CPU per event.
+    events_ingest: str = "firehose"
     sqs_port: int = 19324  # local ElasticMQ (loopback only), when "sqs" is a local service
     sqs_endpoint: str | None = None  # None: local ElasticMQ; "": real Amazon SQS
     # Every queued message lives in its heap: 100,000 SES events need more than 128 MB; 512

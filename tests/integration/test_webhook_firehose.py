@@ -114,7 +114,7 @@ def test_a_refused_request_produces_nothing(
 
 
 def test_no_key_configured_refuses_everything(settings: Settings) -> None:
-    s = with_feedback(settings)
+    s = with_feedback(settings, firehose_access_keys=SecretStr(""))
     ensure_mail_topics(s)
     webhook = WebhookThread(s, relay=False)
     try:

@@ -6,7 +6,7 @@ import pytest
 
 from flashsend import deliverability
 from flashsend.lab.feedback_bench import bench_processes
-from flashsend.settings import Settings, load_settings
+from flashsend.settings import LOCAL_FIREHOSE_ACCESS_KEY, Settings, load_settings
 from producers.sns_verify import AWS_SNS_HOST_PATTERN
 from producers.unsubscribe_endpoint import _is_one_click
 from sinks.recipient_store import ClaimedRecipient
@@ -43,6 +43,15 @@ def test_the_local_key_is_refused_with_real_ses() -> None:
         deliverability.token_keys(settings(ses_endpoint="", unsubscribe_keys=KEYS)).current_kid
         == "k2"
     )
+
+
+def test_the_local_firehose_key_is_refused_with_real_ses() -> None:
+    local = settings()
+    assert deliverability.firehose_access_keys(local) == (LOCAL_FIREHOSE_ACCESS_KEY,)
+    with pytest.raises(deliverability.DeliverabilityConfigError, match="FIREHOSE_ACCESS_KEYS"):
+        deliverability.firehose_access_keys(settings(ses_endpoint=""))
+    real = settings(ses_endpoint="", firehose_access_keys="s3cret, next")
+    assert deliverability.firehose_access_keys(real) == ("s3cret", "next")
 
 
 def test_headers_carry_a_token_for_user_and_campaign() -> None:
