@@ -8,18 +8,30 @@ service instead of the local stack: set ``FLASHSEND_KAFKA_BOOTSTRAP``, ``FLASHSE
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Annotated, Any, Literal, get_args, get_origin
 from urllib.parse import urlsplit
 
 from psycopg.conninfo import make_conninfo
-from pydantic import SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import SecretStr, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
+
+from flashsend.errors import UsageError
 
 ENV_PREFIX = "FLASHSEND_"
 # Deliverability: a well-known key, refused when sending through real Amazon SES.
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 LOCAL_UNSUBSCRIBE_KEYS = "local:Zmxhc2hzZW5kLWxvY2FsLW9ubHktdW5zdWJzY3JpYmU="
 LOCAL_FIREHOSE_ACCESS_KEY = "flashsend-local-only-firehose-access-key"
+
+# A list setting: `a,b` as people type it, or a JSON array (what settings_env writes).
+Names = Annotated[tuple[str, ...], NoDecode]
+
+
+class SettingsInvalid(UsageError):
+    """A FLASHSEND_* setting does not parse or validate."""
 
 
 class Settings(BaseSettings):
@@ -28,7 +40,7 @@ class Settings(BaseSettings):
     state_dir: Path = Path(".flashsend")
     # Downloads (Kafka jars) shared by every state dir, so test stacks reuse them.
     cache_dir: Path = Path(".flashsend/cache")
-    local_services: tuple[str, ...] = ("kafka", "postgres", "ses", "registry", "webhook")
+    local_services: Names = ("kafka", "postgres", "ses", "registry", "webhook")
 
     # Kafka (local broker: ports below; external: set kafka_bootstrap).
     kafka_port: int = 19092
@@ -141,10 +153,10 @@ class Settings(BaseSettings):
     mail_max_attempts: int = 5  # explicit failures before a mail is `failed`
     mail_retry_base_s: float = 1.0
     mail_retry_cap_s: float = 60.0
-    mail_at_most_once_templates: tuple[str, ...] = ("payment_notice",)
+    mail_at_most_once_templates: Names = ("payment_notice",)
     # Legally required mail (e.g. a data-breach notice) still goes to an address suppressed
     # for a hard bounce or a complaint; an operator's manual block still stops it.
-    mail_suppression_exempt_templates: tuple[str, ...] = ()
+    mail_suppression_exempt_templates: Names = ()
     mail_event_max_age_s: float = 86400.0  # older order events are ignored (replay trap)
     mail_retention_s: float = 8 * 86400.0  # dedupe keys kept at least the topic's retention
     mail_poll_s: float = 1.0  # sweep: lost doorbells, due send_after, expired leases
@@ -177,7 +189,7 @@ class Settings(BaseSettings):
     # one (the broker, PostgreSQL and the workers share the machine).
     webhook_processes: int = 0
     webhook_public_url: str = ""  # base of List-Unsubscribe URLs; empty: http://127.0.0.1:PORT
-    sns_topic_arns: tuple[str, ...] = ("arn:aws:sns:us-east-1:000000000000:flashsend-ses-events",)
+    sns_topic_arns: Names = ("arn:aws:sns:us-east-1:000000000000:flashsend-ses-events",)
     sns_cert_authority: str = ""  # host:port of a local signer; empty: see feedback_config.py
     unsubscribe_keys: SecretStr = SecretStr(LOCAL_UNSUBSCRIBE_KEYS)  # "kid:base64,…", 1st current
     feedback_app_id: str = ""  # Faust app id = consumer group; empty: "{app_id}-feedback"
@@ -200,7 +212,7 @@ class Settings(BaseSettings):
     # No "Send": it doubles the events of every campaign and adds nothing the agent needs (the
     # pause's base is max(sent, delivered + bounced); a row in doubt is settled by its
     # Delivery, Bounce, Complaint, Reject or DeliveryDelay); add it to settle rows sooner.
-    ses_event_types: tuple[str, ...] = (
+    ses_event_types: Names = (
         "Delivery",
         "Bounce",
         "Complaint",
@@ -214,7 +226,7 @@ class Settings(BaseSettings):
     # SNS → /sns, one signed POST per event) or sqs (SES → SNS → SQS → `flashsend events pull`).
     # What `flashsend aws plan` sets up, and how `flashsend up` routes the stand-in's events.
     # Firehose by default: every event arrives, at about a third of the CPU per event.
-    events_ingest: str = "firehose"
+    events_ingest: Literal["firehose", "webhook", "sqs"] = "firehose"
     sqs_port: int = 19324  # local ElasticMQ (loopback only), when "sqs" is a local service
     sqs_endpoint: str | None = None  # None: local ElasticMQ; "": real Amazon SQS
     # Every queued message lives in its heap: 100,000 SES events need more than 128 MB; 512
@@ -241,6 +253,14 @@ class Settings(BaseSettings):
     # (a complaint must pause a campaign within seconds; Firehose bills bytes, not requests).
     firehose_buffer_mb: int = 1
     firehose_buffer_s: int = 1
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _split_names(cls, value: object, info: Any) -> object:
+        field = cls.model_fields.get(info.field_name)
+        if field is None or field.annotation != tuple[str, ...] or not isinstance(value, str):
+            return value
+        return split_names(value)
 
     @model_validator(mode="after")
     def _fill_local_endpoints(self) -> Settings:
@@ -312,9 +332,63 @@ class Settings(BaseSettings):
         return self.sqs_endpoint or None
 
 
+def split_names(value: str) -> tuple[str, ...]:
+    """A list setting's text: a JSON array, or names separated by commas."""
+    text = value.strip()
+    if text.startswith("["):
+        items = json.loads(text)
+        if not isinstance(items, list):
+            raise ValueError("a JSON list was expected")
+        return tuple(str(item) for item in items)
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
 def load_settings(**overrides: object) -> Settings:
-    """The one place settings are read from the environment."""
-    return Settings(**overrides)  # type: ignore[arg-type]
+    """The one place settings are read from the environment. A setting that does not parse
+    or validate is one line naming it and showing a valid value (SettingsInvalid)."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise SettingsInvalid(describe_invalid(exc)) from None
+    except SettingsError as exc:
+        raise SettingsInvalid(str(exc)) from None
+
+
+def describe_invalid(exc: ValidationError) -> str:
+    """`FLASHSEND_X: what is wrong, e.g. <a valid value>` for each failed setting, in one line."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        loc = error.get("loc") or ()
+        name = str(loc[0]) if loc else ""
+        field = Settings.model_fields.get(name)
+        what = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        if field is None:
+            parts.append(what)
+            continue
+        got = error.get("input")
+        shown = f" (got {got!r})" if isinstance(got, str | int | float) and got != "" else ""
+        parts.append(f"{ENV_PREFIX}{name.upper()}: {what}{shown}, e.g. {example_value(field)}")
+    return "; ".join(parts) or str(exc).splitlines()[0]
+
+
+def example_value(field: FieldInfo) -> str:
+    """A value the setting accepts, as it is written in the environment."""
+    default = field.default
+    if isinstance(default, SecretStr):
+        default = default.get_secret_value()
+    if isinstance(default, tuple):
+        return ",".join(default) if default else "a,b"
+    if isinstance(default, bool):
+        return "true" if default else "false"
+    if isinstance(default, int | float | str | Path) and default != "":
+        return str(default)
+    annotation = str(field.annotation)
+    if get_origin(field.annotation) is Literal:
+        return str(get_args(field.annotation)[0])
+    for kind, sample in (("bool", "true"), ("int", "1"), ("float", "1.5")):
+        if kind in annotation:
+            return sample
+    return "text"
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

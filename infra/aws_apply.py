@@ -43,7 +43,8 @@ class AwsSetupError(FlashsendError):
     """An AWS call of the set-up failed."""
 
 
-def options_from(settings: Settings) -> Options:
+def options_from(settings: Settings, path: str = "firehose") -> Options:
+    """`path`: only the Firehose path reads (and checks) the Firehose access keys."""
     local = _local(settings)
     sets = tuple(
         s
@@ -65,7 +66,11 @@ def options_from(settings: Settings) -> Options:
         sms_configuration_set=settings.sms_configuration_set,
         sms_number=settings.sms_origination_identity,
         firehose_url=deliverability.public_url(settings) + deliverability.FIREHOSE_PATH,
-        firehose_access_key=next(iter(deliverability.firehose_access_keys(settings)), ""),
+        firehose_access_key=(
+            next(iter(deliverability.firehose_access_keys(settings)), "")
+            if path == "firehose"
+            else ""
+        ),
         firehose_stream=settings.firehose_stream,
         firehose_ses_role=settings.firehose_ses_role,
         firehose_backup_role=settings.firehose_backup_role,
@@ -167,7 +172,7 @@ def desired_for(settings: Settings, path: str) -> Desired:
     if not settings.sns_topic_arns:
         raise UsageError("no SNS topic: set FLASHSEND_SNS_TOPIC_ARNS")
     try:
-        return desired(options_from(settings), path)
+        return desired(options_from(settings, path), path)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 

@@ -13,7 +13,7 @@ import pytest
 TOPIC = '["arn:aws:sns:eu-west-1:123456789012:flashsend-ses-events"]'
 
 
-def run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def run(tmp_path: Path, path: str = "sqs", **env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FLASHSEND_"))}
     clean.update(
         AWS_CONFIG_FILE=str(tmp_path / "none"),
@@ -25,7 +25,7 @@ def run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
     clean.update(env)
     return subprocess.run(
-        [sys.executable, "-m", "flashsend.cli", "aws", "plan", "--path", "sqs"],
+        [sys.executable, "-m", "flashsend.cli", "aws", "plan", "--path", path],
         capture_output=True,
         text=True,
         env=clean,
@@ -61,6 +61,15 @@ def test_refuses_clearly(tmp_path: Path, env: dict[str, str], says: str) -> None
     assert answer.returncode == 2, answer
     assert says in answer.stderr, answer.stderr
     assert "Traceback" not in answer.stderr
+
+
+def test_the_firehose_path_refuses_the_local_access_key(tmp_path: Path) -> None:
+    answer = run(tmp_path, "firehose", FLASHSEND_SES_ENDPOINT="", FLASHSEND_SQS_ENDPOINT="")
+    assert answer.returncode == 2, answer
+    assert answer.stderr.startswith("flashsend: error: FLASHSEND_FIREHOSE_ACCESS_KEYS still "), (
+        answer.stderr
+    )
+    assert len(answer.stderr.splitlines()) == 1
 
 
 def test_help_teaches_with_examples() -> None:
