@@ -213,6 +213,7 @@ MAIN_KEYS = (
     "cpu_us_per_recipient",
     "cpu_us_per_recipient_product",
     "cpu_us_per_recipient_by_component",
+    "pg_statements",
     "services",
     *EVENTS_LAG_KEYS,
 )
@@ -341,6 +342,7 @@ def _main_campaign(
             0.0,
             audience=audience,
             sample_status=True,
+            statements=True,
             others={"feedback_worker": feedback} if options.events else None,
             settle=settle,
         )

@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 import psycopg
 
+from flashsend.lab import pg_statements
 from flashsend.lab.bench_figures import summary
 from flashsend.lab.demo import ensure_users, standin_stats
 from flashsend.lab.run import StartedCampaigns
@@ -181,17 +182,20 @@ def run_campaign(
     sample_status: bool = False,
     others: Mapping[str, WorkerPool] | None = None,
     settle: Callable[[int], dict[str, Any]] | None = None,
+    statements: bool = False,
 ) -> dict[str, Any]:
     """Create, start and wait for one campaign; its figures from our rows, the stand-in and
     the processes' CPU times. `settle(campaign_id)` runs once the campaign is finished and
     before the CPU is read (e.g. waiting for its events to be applied, so their processing
-    is counted); its figures join the result."""
+    is counted); its figures join the result. With `statements`, the result has
+    `pg_statements`: the statements with the most server time over the run."""
     cid = started.add(
         create_campaign(
             settings, name=f"bench-{rate:g}-{int(time.time())}", rate=rate, audience=audience
         )
     )
     roots = stack_pids(settings, pool, others)
+    counting = statements and pg_statements.reset(settings.pg_dsn)
     cpu0 = cpu_by_component(roots)
     sampler = StatusSampler(settings, cid)
     with sampler if sample_status else contextlib.nullcontext():
@@ -230,5 +234,8 @@ def run_campaign(
     }
     if sample_status:
         result["status_query_ms"] = summary(sampler.samples_ms, listed=False)
+    if statements:
+        top = pg_statements.top(settings.pg_dsn, p["sent"]) if counting else None
+        result["pg_statements"] = top
     result.update(settled)
     return result

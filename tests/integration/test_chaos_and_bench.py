@@ -179,6 +179,11 @@ def test_bench_short_run_produces_every_figure(settings: Settings, tmp_path: Pat
     status = result["status_query_ms"]
     assert status["samples"] >= 1 and 0 < status["median"] <= status["max"], status
 
+    # The cost model's per-statement rows: the claim is among the statements that cost most.
+    statements = result["pg_statements"]
+    assert statements and all(row["calls"] > 0 for row in statements), statements
+    assert any("WITH cand AS MATERIALIZED" in row["statement"] for row in statements), statements
+
     # Every sampled Delivery of the main campaign was applied, its lag measured per event.
     assert result["events_lag_sample"] >= 20, result
     assert result["events_not_applied"] == 0, result
