@@ -172,13 +172,14 @@ class EventEmission:
         plan = []
         engaged: dict[str, str] = {}
         for given in (*record["destination"], *record.get("cc", ()), *record.get("bcc", ())):
-            outcome = recipient_outcome(_key(given), rates)
+            key = _key(given)
+            outcome = recipient_outcome(key, rates)
             plan.append((given, outcome))
-            self._remember(campaign, outcome, _key(given))
-            how = engagement_of(_key(given), outcome, template, engagement, rates.salt)
+            self._remember(campaign, outcome, key)
+            how = engagement_of(key, outcome, template, engagement, rates.salt)
             if how is not None:
                 engaged[given] = how
-                self._remember(campaign, f"{how}:{template}", _key(given))
+                self._remember(campaign, f"{how}:{template}", key)
         if len(self._buffer) >= MAX_BUFFER:
             self.dropped += 1
             return
