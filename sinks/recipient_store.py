@@ -124,6 +124,10 @@ _ENTER_VIA_PARENT = _on("enter_call", sql.SQL("campaign_recipients"))
 _CODELESS_VIA_PARENT = _on("release_codeless", sql.SQL("campaign_recipients"))
 
 
+class CampaignNotSending(Exception):
+    """The campaign was paused, cancelled or ended before a call entered: nothing is sent."""
+
+
 class RecipientStore:
     def __init__(self, pool: AsyncConnectionPool, *, group_id: str, topic: str) -> None:
         self._pool = pool
@@ -322,7 +326,8 @@ class RecipientStore:
     ) -> tuple[set[int], int]:
         """Mark `rows` as in a call right before its request. Returns the seqs that entered
         and how many were skipped (opted out or suppressed since the claim); the others are
-        no longer this claim's (their lease expired) and must not be sent."""
+        no longer this claim's (their lease expired) and must not be sent. Raises
+        CampaignNotSending, and changes nothing, once the campaign has left 'sending'."""
         try:
             async with self._pool.connection() as conn:
                 own = await self._partition_sql(conn, campaign_id)
@@ -337,6 +342,8 @@ class RecipientStore:
                 entered: set[int] = set()
                 skipped = 0
                 for seq, status in await cur.fetchall():
+                    if seq is None:
+                        raise CampaignNotSending(f"campaign {campaign_id} is {status}")
                     if status == "sending":
                         entered.add(int(seq))
                     else:

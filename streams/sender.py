@@ -46,6 +46,7 @@ from schemas.doorbell import (
 from schemas.serde import AvroCodec, SerdeError, wait_for_writer_schemas
 from sinks.campaign_store import SETTLED
 from sinks.recipient_store import (
+    CampaignNotSending,
     ClaimedRecipient,
     ClaimOutcome,
     LiveCampaign,
@@ -81,6 +82,7 @@ MAX_ENTRIES = 50
 WINDOW_S = 1.0
 # A lane held by a lagging feedback agent looks again this often (the gate is polled 4x/s).
 FEEDBACK_WAIT_S = 0.1
+HALT_RECHECK_S = 0.1  # a lane whose campaign left 'sending' unseen waits this before a retry
 # How long a revocation waits for the answers of calls in flight (bounded: it holds up the
 # rebalance of the whole group).
 SETTLE_S = 2.0
@@ -531,7 +533,14 @@ class Lane:
             not_before = float("-inf")  # no request leaves earlier: the window's room
             outcome: CallOutcome | None = None
             try:
-                batch = await s.enter_call(cid, batch)
+                try:
+                    batch = await s.enter_call(cid, batch)
+                except CampaignNotSending as halted:
+                    # Committed before the call entered: none of `batch` was sent. The check
+                    # above sees the campaign's new status once it is refreshed.
+                    rows = batch + rows
+                    await s.campaign_left_sending(cid, str(halted))
+                    continue
                 if batch:
                     units = len(batch) if costs is None else sum(costs[r.seq] for r in batch)
                     if units:  # rows costing nothing are skipped without a request
@@ -1092,6 +1101,16 @@ class CampaignSender:
                 lost,
             )
         return kept
+
+    async def campaign_left_sending(self, campaign_id: int, why: str) -> None:
+        """enter_call found the campaign no longer sending before this worker heard of it:
+        read the campaigns now, so the lane's next check releases its rows."""
+        log.info("%s before a call entered; its rows are released", why)
+        with contextlib.suppress(StoreUnavailable):
+            await self.campaigns.refresh()
+        campaign = self.campaigns.get(campaign_id)
+        if campaign is not None and campaign.status == "sending":
+            await asyncio.sleep(HALT_RECHECK_S)  # the refresh failed or lags: no busy loop
 
     async def leave_call(self, campaign_id: int, rows: Sequence[ClaimedRecipient]) -> None:
         await self._retry(self.store.leave_call, campaign_id, rows)

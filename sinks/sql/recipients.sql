@@ -218,6 +218,10 @@ UPDATE {partition} r
 -- call unknown and drop its answer. Against expire_leases the row lock decides: expired first,
 -- the row is no longer 'sending' and does not enter; entered first, expire_leases re-checks
 -- claimed_at on the new version and leaves it.
+-- Only while the campaign is 'sending' in this statement's snapshot: a pause, cancel or
+-- failure committed before it stops every call that has not entered yet, however late the
+-- worker hears of it (NOTIFY, poll). Then nothing changes and the one row returned is
+-- (NULL, the campaign's status): the caller releases the rows.
 -- {partition} as in record_results.
 WITH cand AS MATERIALIZED (
     SELECT r.seq,
@@ -227,19 +231,24 @@ WITH cand AS MATERIALIZED (
                 WHEN s.email IS NOT NULL THEN 'suppressed:' || s.reason
            END AS skip_reason
       FROM unnest(%(seqs)s::int[], %(attempts)s::int[]) AS c(seq, attempt)
+      JOIN campaigns k ON k.id = %(campaign_id)s AND k.status = 'sending'
       JOIN {partition} r ON r.campaign_id = %(campaign_id)s AND r.seq = c.seq
                         AND r.status = 'sending' AND r.attempts = c.attempt
       LEFT JOIN users u ON u.id = r.user_id
       LEFT JOIN email_suppressions s ON s.email = lower(btrim(r.email))  -- normalised key
+), entered AS (
+    UPDATE {partition} r
+       SET in_call_at = CASE WHEN cand.skip_reason IS NULL THEN coalesce(r.in_call_at, now()) END,
+           claimed_at = CASE WHEN cand.skip_reason IS NULL THEN now() ELSE r.claimed_at END,
+           status = CASE WHEN cand.skip_reason IS NULL THEN 'sending' ELSE 'skipped' END,
+           reason = coalesce(cand.skip_reason, r.reason)
+      FROM cand
+     WHERE r.campaign_id = %(campaign_id)s AND r.seq = cand.seq AND r.status = 'sending'
+    RETURNING r.seq, r.status
 )
-UPDATE {partition} r
-   SET in_call_at = CASE WHEN cand.skip_reason IS NULL THEN coalesce(r.in_call_at, now()) END,
-       claimed_at = CASE WHEN cand.skip_reason IS NULL THEN now() ELSE r.claimed_at END,
-       status = CASE WHEN cand.skip_reason IS NULL THEN 'sending' ELSE 'skipped' END,
-       reason = coalesce(cand.skip_reason, r.reason)
-  FROM cand
- WHERE r.campaign_id = %(campaign_id)s AND r.seq = cand.seq AND r.status = 'sending'
-RETURNING r.seq, r.status;
+SELECT seq, status FROM entered
+UNION ALL
+SELECT NULL, status FROM campaigns WHERE id = %(campaign_id)s AND status <> 'sending';
 
 -- name: leave_call
 -- Throttled or transient entries: SES accepted nothing of them, so while they wait out their

@@ -13,7 +13,12 @@ from psycopg.rows import dict_row
 from flashsend.settings import Settings
 from sinks.offsets import Assignment, PartitionSpan
 from sinks.queries import query
-from sinks.recipient_store import ClaimedRecipient, RecipientStore, RowResult
+from sinks.recipient_store import (
+    CampaignNotSending,
+    ClaimedRecipient,
+    RecipientStore,
+    RowResult,
+)
 from tests.integration.campaign_helpers import pending_seqs, sending_campaign
 from tests.integration.mail_fixtures import open_pool, run
 
@@ -228,3 +233,43 @@ def test_entering_a_call_renews_the_lease_so_a_live_call_is_never_declared_unkno
     assert expired == 0
     after = rows(settings, cid, seqs)
     assert all(r["status"] == "sent" for r in after.values()), after
+
+
+def test_no_call_enters_once_a_pause_is_committed_whatever_the_worker_has_heard(
+    settings: Settings,
+) -> None:
+    """The worker's view of the campaign lags a pause (NOTIFY, poll): enter_call reads the
+    campaign itself, so a call that had not entered when the pause committed never does, and
+    its rows stay this claim's, out of any call, for the lane to release."""
+    cid = sending_campaign(settings)
+    seqs = pending_seqs(settings, cid)[:6]
+
+    def set_status(status: str) -> None:
+        with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE campaigns SET status = %s WHERE id = %s", (status, cid))
+
+    async def scenario() -> tuple[list[str], dict[int, dict[str, Any]], set[int]]:
+        pool = await open_pool(settings, size=2)
+        try:
+            store = RecipientStore(pool, group_id=GROUP, topic=f"t{cid}")
+            claimed = await claim(store, cid, seqs, 0)
+            refused = []
+            for status in ("paused", "cancelled"):
+                set_status(status)
+                try:
+                    await store.enter_call(cid, claimed)
+                except CampaignNotSending as exc:
+                    refused.append(str(exc))
+            held = rows(settings, cid, seqs)
+            set_status("sending")
+            entered, _ = await store.enter_call(cid, claimed)
+            return refused, held, entered
+        finally:
+            await pool.close()
+
+    refused, held, entered = run(scenario())
+    assert refused == [f"campaign {cid} is paused", f"campaign {cid} is cancelled"]
+    assert all(held[s]["status"] == "sending" and held[s]["in_call_at"] is None for s in seqs)
+    assert entered == set(seqs)  # resumed: the same claim enters its call
+    after = rows(settings, cid, seqs)
+    assert all(after[s]["status"] == "sending" and after[s]["in_call_at"] for s in seqs)
