@@ -57,7 +57,7 @@ def test_the_request_waits_until_not_before_and_the_clock_brackets_acceptance(
     finally:
         standin.admin.set_faults(latency_ms=0.0)
     assert clock.sent_at is not None and clock.answered_at is not None
-    assert clock.not_before <= clock.sent_at <= clock.not_before + 0.1
+    assert clock.not_before <= clock.sent_at  # how soon after is the machine's, not a promise
     assert clock.answered_at - clock.sent_at >= 0.15  # read after the answer, not before
     assert clock.answered_at <= returned
     [accepted] = accepted_at(standin, "clock-a")
