@@ -207,6 +207,14 @@ class Settings(BaseSettings):
         "Rendering Failure",
     )
 
+    # The Campaign HTTP API (`flashsend api`; docs/api.md). Local: loopback only.
+    api_port: int = 14568
+    api_host: str = "127.0.0.1"
+    api_requests_per_minute: float = 3000.0  # per API key; 0 = no budget
+    api_requests_burst: float = 0.0  # requests a key may send at once; 0: a tenth of a minute's
+    api_pool_size: int = 8  # PostgreSQL connections of one API process (reads, keys)
+    api_events_interval_s: float = 0.5  # seconds between two frames of a campaign's event stream
+
     # SES events through SQS (SES → SNS → SQS, raw message delivery → `flashsend events pull`)
     # — docs/deliverability.md compares it with the webhook.
     events_ingest: str = "webhook"  # webhook | sqs | firehose: what `flashsend aws plan` sets up
