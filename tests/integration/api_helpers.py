@@ -81,9 +81,7 @@ def campaign_status(settings: Settings, campaign_id: int) -> str:
 def assert_problem(response: httpx.Response, status: int) -> dict[str, Any]:
     """An RFC 9457 answer with `status`; its body."""
     assert response.status_code == status, (response.status_code, response.text)
-    assert response.headers["content-type"].startswith("application/problem+json"), (
-        response.headers
-    )
+    assert response.headers["content-type"].startswith("application/problem+json"), response.headers
     body: dict[str, Any] = response.json()
     assert body["status"] == status and body["title"] and body["type"] == "about:blank", body
     assert "Traceback" not in response.text and 'File "' not in response.text
