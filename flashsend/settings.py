@@ -27,7 +27,7 @@ class Settings(BaseSettings):
     state_dir: Path = Path(".flashsend")
     # Downloads (Kafka jars) shared by every state dir, so test stacks reuse them.
     cache_dir: Path = Path(".flashsend/cache")
-    local_services: tuple[str, ...] = ("kafka", "postgres", "ses", "registry", "webhook")
+    local_services: tuple[str, ...] = ("kafka", "postgres", "ses", "registry", "webhook", "api")
 
     # Kafka (local broker: ports below; external: set kafka_bootstrap).
     kafka_port: int = 19092
