@@ -146,7 +146,7 @@ class ApiKeyStore:
                     None,
                     None,
                     None,
-                    {"name": name, "condition": condition},
+                    {"name": name},  # its SQL stays with the audience (admin only)
                 )
         except psycopg.errors.UniqueViolation:
             raise Conflict(f"an audience named {name!r} exists already") from None

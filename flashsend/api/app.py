@@ -18,7 +18,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from flashsend.api import admin, campaigns, problems
+from flashsend.api import admin, campaigns, extras, problems
 from flashsend.api.auth import Viewer
 from flashsend.api.events import Broadcaster, stream
 from flashsend.api.state import ApiState, make_state
@@ -107,6 +107,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     app.include_router(campaigns.router)
     app.include_router(admin.router)
+    app.include_router(extras.router)
 
     @app.get(
         "/api/v1/campaigns/{campaign_id}/events",

@@ -66,6 +66,7 @@ class Broadcaster:
         self.pool = pool
         self.interval_s = interval_s
         self.feeds: dict[int, _Feed] = {}
+        self.running = 0  # poll loops running now (one per watched campaign)
 
     def _read(self, campaign_id: int) -> dict[str, Any]:
         with self.pool.connection() as conn:
@@ -76,6 +77,13 @@ class Broadcaster:
         return await asyncio.to_thread(self._read, campaign_id)
 
     async def _poll(self, campaign_id: int, feed: _Feed) -> None:
+        self.running += 1
+        try:
+            await self._poll_loop(campaign_id, feed)
+        finally:
+            self.running -= 1
+
+    async def _poll_loop(self, campaign_id: int, feed: _Feed) -> None:
         while feed.listeners:
             began = time.monotonic()
             try:
@@ -112,7 +120,8 @@ class Broadcaster:
                 self.feeds.pop(campaign_id, None)
 
     def pollers(self) -> int:
-        return sum(1 for f in self.feeds.values() if f.task is not None and not f.task.done())
+        """Poll loops running now: one per campaign someone listens to."""
+        return self.running
 
 
 def sse(frame: dict[str, Any] | None, event: str = "progress") -> bytes:

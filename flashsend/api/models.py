@@ -76,3 +76,24 @@ class ResendUnknown(_Body):
 class AudienceAdd(_Body):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     where: str = Field(min_length=1, description="SQL condition over users u")
+
+
+class TemplatePut(_Body):
+    """`flashsend template put`: {{var}} placeholders."""
+
+    subject: str = Field(min_length=1, max_length=998)
+    html: str = Field(min_length=1)
+    text: str = Field(min_length=1)
+
+
+class PromoGenerate(_Body):
+    """`flashsend promo generate`."""
+
+    count: int = Field(ge=1, le=10_000_000)
+    pattern: str = "{10}"
+
+
+class PromoImport(_Body):
+    """`flashsend promo import`: the file's lines."""
+
+    codes: list[str] = Field(min_length=1, max_length=1_000_000)
