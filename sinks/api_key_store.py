@@ -171,6 +171,15 @@ class ApiKeyStore:
             return self.claim(key_id, key, request_hash)
         return Claimed(False, bytes(row[0]), row[1], row[2])
 
+    def take_over(self, key_id: int, key: str, request_hash: bytes, stale_s: float) -> bool:
+        params = {
+            "api_key_id": key_id,
+            "key": key,
+            "request_hash": request_hash,
+            "stale_s": stale_s,
+        }
+        return self.conn.execute(query("take_over_idempotency_key"), params).fetchone() is not None
+
     def answer(self, key_id: int, key: str, status: int, body: Any) -> None:
         self.conn.execute(
             query("answer_idempotency_key"),

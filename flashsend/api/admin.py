@@ -49,4 +49,14 @@ def audit(
     with _state(request).pool.connection() as conn:
         rows = read_audit(conn, campaign_id=campaign, before_id=before_id, limit=limit)
     next_id = rows[-1]["id"] if len(rows) == limit else None
+    if principal.role != "admin":
+        rows = [redacted(r) for r in rows]
     return cached_json(request, {"items": rows, "next_before_id": next_id})
+
+
+def redacted(row: dict[str, Any]) -> dict[str, Any]:
+    """A suppression change names an address: only an admin reads it in the audit log."""
+    detail = row.get("detail")
+    if isinstance(detail, dict) and "address" in detail:
+        return {**row, "detail": {**detail, "address": "(admin only)"}}
+    return row

@@ -10,12 +10,13 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from flashsend.api.auth import Admin, Viewer
-from flashsend.api.models import PromoGenerate, PromoImport, TemplatePut
+from flashsend.api.models import PromoGenerate, PromoImport, SuppressionChange, TemplatePut
 from flashsend.api.problems import ApiProblem, field_error
 from flashsend.api.replies import cached_json, idempotent
 from flashsend.api.state import ApiState
 from sinks.audit_store import record
 from sinks.promo_store import PromoStore
+from sinks.suppression_store import SuppressionStore
 from streams.promo_codes import (
     PatternError,
     PoolFileError,
@@ -24,7 +25,7 @@ from streams.promo_codes import (
     read_pool_file,
 )
 
-router = APIRouter(prefix="/api/v1", tags=["templates, promo codes, dead letters"])
+router = APIRouter(prefix="/api/v1", tags=["templates, promo codes, suppressions, dead letters"])
 TemplateName = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 CampaignId = Annotated[int, Path(ge=1)]
 
@@ -156,3 +157,37 @@ def dead_letter(
         "times_replayed": replayed(settings).get(key, 0),
     }
     return cached_json(request, out)
+
+
+@router.get("/suppressions", summary="suppressed addresses (address: one exact address)")
+def suppressions(
+    request: Request,
+    principal: Admin,
+    address: Annotated[str | None, Query(min_length=3, max_length=320)] = None,
+    after: Annotated[str | None, Query(max_length=320, description="next page: next_after")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> Response:
+    with _state(request).pool.connection() as conn:
+        rows = SuppressionStore(conn).find(address=address, after=after, limit=limit)
+    next_after = rows[-1]["email"] if len(rows) == limit else None
+    return cached_json(request, {"items": rows, "next_after": next_after})
+
+
+@router.post("/suppressions", status_code=201, summary="suppress an address, with a reason")
+def suppress(request: Request, principal: Admin, body: SuppressionChange) -> JSONResponse:
+    def operation() -> tuple[int, Any]:
+        with _state(request).pool.connection() as conn:
+            row = SuppressionStore(conn).add(body.address, body.reason, principal.actor)
+        return 201, row
+
+    return idempotent(request, principal, body.model_dump(), operation)
+
+
+@router.post("/suppressions/remove", summary="remove an address from the list, with a reason")
+def unsuppress(request: Request, principal: Admin, body: SuppressionChange) -> JSONResponse:
+    def operation() -> tuple[int, Any]:
+        with _state(request).pool.connection() as conn:
+            row = SuppressionStore(conn).remove(body.address, body.reason, principal.actor)
+        return 200, row
+
+    return idempotent(request, principal, body.model_dump(), operation)

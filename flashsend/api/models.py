@@ -97,3 +97,10 @@ class PromoImport(_Body):
     """`flashsend promo import`: the file's lines."""
 
     codes: list[str] = Field(min_length=1, max_length=1_000_000)
+
+
+class SuppressionChange(_Body):
+    """Add or remove an address, with the reason recorded in the audit log."""
+
+    address: str = Field(min_length=3, max_length=320)
+    reason: str = Field(min_length=1, max_length=500)

@@ -97,8 +97,20 @@ def from_exception(exc: BaseException, request: Request | None) -> Problem:
         # A service the operation needs refused or failed (SES preflight, Kafka): nothing
         # was changed that a retry would not resume.
         return build(503, str(exc), request)
+    if isinstance(exc, psycopg.errors.TransactionRollback):
+        # A deadlock or serialization failure rolled back the statement's transaction; an
+        # earlier step of the operation may have committed (the campaign's GET says).
+        log.warning("request rolled back by PostgreSQL: %s", exc.sqlstate, exc_info=exc)
+        return build(
+            503,
+            "PostgreSQL rolled back a step of this request (a concurrent change); "
+            "read the campaign's state and send it again",
+            request,
+            {"Retry-After": "1"},
+        )
     if isinstance(exc, psycopg.OperationalError):
-        return build(503, "PostgreSQL is unreachable", request)
+        log.warning("PostgreSQL failed the request: %s", exc.sqlstate, exc_info=exc)
+        return build(503, "PostgreSQL is unreachable or failed the request", request)
     log.error(
         "request failed: %s %s",
         getattr(request, "method", "?"),

@@ -27,6 +27,9 @@ from sinks.api_key_store import ApiKeyStore
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 MAX_KEY_LEN = 200
 WAIT_FOR_FIRST_S = 120.0
+# An unanswered claim this old belongs to a request whose process died (no operation takes
+# this long: a 1M-recipient start is well under it).
+STALE_CLAIM_S = 600.0
 
 
 def etag_of(body: bytes) -> str:
@@ -43,9 +46,10 @@ def cached_json(request: Request, data: Any) -> Response:
     return Response(body, media_type="application/json", headers={"ETag": tag})
 
 
-def request_hash(request: Request, body: Any) -> bytes:
+def request_hash(method: str, path: str, body: Any) -> bytes:
+    """What makes two requests the same one: method, path and the parsed body."""
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(f"{request.method} {request.url.path}\n{canonical}".encode()).digest()
+    return hashlib.sha256(f"{method} {path}\n{canonical}".encode()).digest()
 
 
 def _run(request: Request, operation: Callable[[], tuple[int, Any]]) -> tuple[int, Any, bool]:
@@ -78,7 +82,7 @@ def idempotent(
     if not key or len(key) > MAX_KEY_LEN:
         raise problems.field_error(f"header.{IDEMPOTENCY_HEADER}", f"1 to {MAX_KEY_LEN} characters")
     state: ApiState = request.app.state.api
-    digest = request_hash(request, body)
+    digest = request_hash(request.method, request.url.path, body)
     with state.pool.connection() as conn:
         claimed = ApiKeyStore(conn).claim(principal.key_id, key, digest)
     if not claimed.owner:
@@ -88,7 +92,9 @@ def idempotent(
                 "this key was used for another request (method, path or body); "
                 "use a new key for a new request",
             )
-        return _replay(state, principal, key, digest, claimed.status, claimed.body)
+        answered = _replay(state, principal, key, digest, claimed.status, claimed.body)
+        if answered is not None:
+            return answered
     status, out, keep = _run(request, operation)
     with state.pool.connection() as conn:
         store = ApiKeyStore(conn)
@@ -101,21 +107,24 @@ def idempotent(
 
 def _replay(
     state: ApiState, principal: Principal, key: str, digest: bytes, status: int | None, body: Any
-) -> JSONResponse:
+) -> JSONResponse | None:
+    """The first request's answer, once there is one; None when this request is to run the
+    operation itself (the first one's claim was abandoned: given back, or stale)."""
     deadline = time.monotonic() + WAIT_FOR_FIRST_S
     while status is None:
+        with state.pool.connection() as conn:
+            store = ApiKeyStore(conn)
+            if store.take_over(principal.key_id, key, digest, STALE_CLAIM_S):
+                return None
+            claimed = store.claim(principal.key_id, key, digest)
+        if claimed.owner:  # the first request failed on our side and gave the key back
+            return None
+        status, body = claimed.status, claimed.body
+        if status is not None:
+            break
         if time.monotonic() > deadline:
             raise problems.ApiProblem(
                 409, f"the first request with {IDEMPOTENCY_HEADER} {key!r} is still running"
             )
         time.sleep(0.05)
-        with state.pool.connection() as conn:
-            claimed = ApiKeyStore(conn).claim(principal.key_id, key, digest)
-        if claimed.owner:  # the first request failed and gave the key back: nothing to replay
-            with state.pool.connection() as conn:
-                ApiKeyStore(conn).give_back(principal.key_id, key)
-            raise problems.ApiProblem(
-                503, "the first request with this key failed on our side; send it again"
-            )
-        status, body = claimed.status, claimed.body
     return _respond(status, body, replayed=True)

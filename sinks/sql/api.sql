@@ -46,6 +46,16 @@ RETURNING key;
 SELECT request_hash, status, body FROM idempotency_keys
  WHERE api_key_id = %(api_key_id)s AND key = %(key)s;
 
+-- name: take_over_idempotency_key
+-- A claim left unanswered longer than %(stale_s)s seconds belongs to a request whose process
+-- died: a retry of the same request takes it over. The compare-and-set on created_at lets one
+-- retry do so; the others find a fresh claim and wait for its answer.
+UPDATE idempotency_keys SET created_at = now()
+ WHERE api_key_id = %(api_key_id)s AND key = %(key)s AND status IS NULL
+   AND request_hash = %(request_hash)s
+   AND created_at < now() - make_interval(secs => %(stale_s)s)
+RETURNING key;
+
 -- name: answer_idempotency_key
 -- Only the request that claimed the key answers it (status IS NULL until then).
 UPDATE idempotency_keys SET status = %(status)s, body = %(body)s

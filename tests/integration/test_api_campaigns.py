@@ -240,3 +240,26 @@ def test_many_listeners_share_one_poller(settings: Settings) -> None:
         assert broadcaster.pollers() == 1
         assert len(broadcaster.feeds[cid].listeners) == 3
         assert_problem(client.get("/api/v1/campaigns/999999999999/events"), 404)
+
+
+def test_a_stale_unanswered_idempotency_claim_is_taken_over(settings: Settings) -> None:
+    """A claim whose request died (no answer, older than STALE_CLAIM_S) does not block the
+    retry forever: the retry runs the request; a fresh unanswered claim is waited for."""
+    from flashsend.api.models import CampaignCreate
+    from flashsend.api.replies import STALE_CLAIM_S, request_hash
+
+    body = {"name": "retried"}
+    digest = request_hash("POST", "/api/v1/campaigns", CampaignCreate(**body).model_dump())
+    with serve(settings) as api, api.client("admin") as admin:
+        with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO idempotency_keys (api_key_id, key, request_hash, created_at) "
+                "SELECT id, 'died', %s, now() - make_interval(secs => %s) FROM api_keys "
+                "WHERE name = 'test-admin'",
+                (digest, STALE_CLAIM_S + 60),
+            )
+        retry = admin.post("/api/v1/campaigns", json=body, headers={"Idempotency-Key": "died"})
+        assert retry.status_code == 201, retry.text
+        again = admin.post("/api/v1/campaigns", json=body, headers={"Idempotency-Key": "died"})
+        assert again.json() == retry.json() and again.headers["idempotent-replayed"] == "true"
+        assert len(admin.get("/api/v1/campaigns").json()["items"]) == 1

@@ -70,3 +70,45 @@ def test_dead_letters_are_admin_only_and_listed(settings: Settings) -> None:
             assert listed.status_code == 200 and listed.json() == {"items": []}
             assert_problem(admin.get("/api/v1/dead-letters/0:5"), 404)
             assert_problem(admin.get("/api/v1/dead-letters/x"), 422)
+
+
+def test_suppressions_add_search_remove_with_reasons(settings: Settings) -> None:
+    with serve(settings) as api:
+        with api.client("operator") as operator:
+            assert_problem(operator.get("/api/v1/suppressions"), 403)
+        with api.client("admin") as admin:
+            change = {"address": "  Someone@Example.com ", "reason": "asked by phone"}
+            added = admin.post("/api/v1/suppressions", json=change)
+            assert added.status_code == 201 and added.json()["email"] == "someone@example.com"
+            assert_problem(admin.post("/api/v1/suppressions", json=change), 409)
+            found = admin.get("/api/v1/suppressions", params={"address": "SOMEONE@example.com"})
+            assert [r["reason"] for r in found.json()["items"]] == ["asked by phone"]
+            no_reason = admin.post("/api/v1/suppressions/remove", json={"address": "x@y.z"})
+            assert assert_problem(no_reason, 422)["errors"][0]["field"] == "body.reason"
+            gone = {"address": "someone@example.com", "reason": "consent given again"}
+            assert admin.post("/api/v1/suppressions/remove", json=gone).status_code == 200
+            assert_problem(admin.post("/api/v1/suppressions/remove", json=gone), 404)
+            assert (
+                admin.get("/api/v1/suppressions", params={"address": "someone@example.com"}).json()[
+                    "items"
+                ]
+                == []
+            )
+            full = admin.get("/api/v1/audit").json()["items"]
+        with api.client("viewer") as viewer:
+            seen = viewer.get("/api/v1/audit").json()["items"]
+    actions = [(r["action"], r["detail"]) for r in reversed(full) if "suppression" in r["action"]]
+    assert actions == [
+        ("suppression add", {"address": "someone@example.com", "reason": "asked by phone"}),
+        (
+            "suppression remove",
+            {
+                "address": "someone@example.com",
+                "reason": "consent given again",
+                "was": "asked by phone",
+            },
+        ),
+    ]
+    assert all(
+        r["detail"]["address"] == "(admin only)" for r in seen if "suppression" in r["action"]
+    )
