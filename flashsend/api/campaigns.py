@@ -106,10 +106,14 @@ def create(request: Request, principal: Admin, body: CampaignCreate) -> JSONResp
 
 @router.post("/{campaign_id}/start", responses=CONTROL_ERRORS, summary="snapshot and produce")
 def start(
-    request: Request, principal: Operator, campaign_id: CampaignId, body: CampaignStart
+    request: Request,
+    principal: Operator,
+    campaign_id: CampaignId,
+    body: CampaignStart | None = None,
 ) -> JSONResponse:
     from producers.campaign import start_campaign
 
+    body = body or CampaignStart()  # no body: every option at its default
     settings = _state(request).settings
     seeds = seed_plan(body)
 
@@ -152,23 +156,32 @@ def _control(
 
 @router.post("/{campaign_id}/pause", responses=CONTROL_ERRORS, summary="stop SES calls (≤ 1 s)")
 def pause(
-    request: Request, principal: Operator, campaign_id: CampaignId, body: CampaignControl
+    request: Request,
+    principal: Operator,
+    campaign_id: CampaignId,
+    body: CampaignControl | None = None,
 ) -> JSONResponse:
-    return _control(request, principal, campaign_id, "pause", body)
+    return _control(request, principal, campaign_id, "pause", body or CampaignControl())
 
 
 @router.post("/{campaign_id}/resume", responses=CONTROL_ERRORS, summary="continue a paused one")
 def resume(
-    request: Request, principal: Operator, campaign_id: CampaignId, body: CampaignControl
+    request: Request,
+    principal: Operator,
+    campaign_id: CampaignId,
+    body: CampaignControl | None = None,
 ) -> JSONResponse:
-    return _control(request, principal, campaign_id, "resume", body)
+    return _control(request, principal, campaign_id, "resume", body or CampaignControl())
 
 
 @router.post("/{campaign_id}/cancel", responses=CONTROL_ERRORS, summary="cancel pending rows")
 def cancel(
-    request: Request, principal: Operator, campaign_id: CampaignId, body: CampaignControl
+    request: Request,
+    principal: Operator,
+    campaign_id: CampaignId,
+    body: CampaignControl | None = None,
 ) -> JSONResponse:
-    return _control(request, principal, campaign_id, "cancel", body)
+    return _control(request, principal, campaign_id, "cancel", body or CampaignControl())
 
 
 @router.post("/{campaign_id}/promote", responses=CONTROL_ERRORS, summary="A/B winner now")
@@ -187,17 +200,22 @@ def promote_variant(
 
 @router.post("/{campaign_id}/release", responses=CONTROL_ERRORS, summary="end a seed hold now")
 def release_hold(
-    request: Request, principal: Operator, campaign_id: CampaignId, body: CampaignRelease
+    request: Request,
+    principal: Operator,
+    campaign_id: CampaignId,
+    body: CampaignRelease | None = None,
 ) -> JSONResponse:
     settings = _state(request).settings
 
+    given = body or CampaignRelease()
+
     def operation() -> tuple[int, Any]:
-        by = body.by or f"API key {principal.name}"
+        by = given.by or f"API key {principal.name}"
         message = release(settings, campaign_id, by, principal.actor)
         status = _status(request, campaign_id)
         return 200, {"id": campaign_id, "status": status, "changed": True, "message": message}
 
-    return idempotent(request, principal, body.model_dump(), operation)
+    return idempotent(request, principal, given.model_dump(), operation)
 
 
 @router.post("/{campaign_id}/retire", responses=CONTROL_ERRORS, summary="drop a settled one's rows")

@@ -17,24 +17,29 @@ class CampaignCreate(_Body):
 
     name: str = Field(min_length=1, max_length=200, description="a name for people")
     channel: Literal["email", "sms"] = "email"
-    template: str | None = Field(None, description="SES template (email; default flash_sale)")
-    body: str | None = Field(None, description="the message of an SMS campaign")
+    template: str | None = Field(
+        default=None, description="SES template (email; default flash_sale)"
+    )
+    body: str | None = Field(default=None, description="the message of an SMS campaign")
     from_address: str | None = None
     configuration_set: str | None = None
-    rate: float | None = Field(None, ge=0, description="recipients/s; 0 = unlimited")
+    rate: float | None = Field(default=None, ge=0, description="recipients/s; 0 = unlimited")
     rate_unit: Literal["messages", "segments"] = "messages"
-    ramp: str | None = Field(None, description='rate steps, e.g. "0:200,10m:600,30m:1200"')
+    ramp: str | None = Field(default=None, description='rate steps, e.g. "0:200,10m:600,30m:1200"')
     audience: str | None = Field(
-        None, description="a named audience (flashsend audience add); default: active, opted in"
+        default=None,
+        description="a named audience (flashsend audience add); default: active, opted in",
     )
     variants: list[str] = Field(
         default_factory=list, description="A/B test variants NAME=TEMPLATE[:PERCENT]"
     )
     holdout_wait: str = "2h"
     winner_by: Literal["clicks", "opens", "manual"] = "clicks"
-    local_window: str | None = Field(None, description="HH:MM-HH:MM in each recipient's zone")
-    date: str | None = Field(None, description="YYYY-MM-DD of local_window")
-    waves: str | None = Field(None, description="TIER:DURATION,… e.g. recent:30m,rest:2d")
+    local_window: str | None = Field(
+        default=None, description="HH:MM-HH:MM in each recipient's zone"
+    )
+    date: str | None = Field(default=None, description="YYYY-MM-DD of local_window")
+    waves: str | None = Field(default=None, description="TIER:DURATION,… e.g. recent:30m,rest:2d")
     correction_of: int | None = None
 
 
@@ -42,9 +47,11 @@ class CampaignStart(_Body):
     """`flashsend campaign start`."""
 
     seed_list: list[str] | None = Field(
-        None, max_length=1000, description="addresses that get the mail first"
+        default=None, max_length=1000, description="addresses that get the mail first"
     )
-    hold: str | None = Field(None, description="how long the audience waits (with seed_list)")
+    hold: str | None = Field(
+        default=None, description="how long the audience waits (with seed_list)"
+    )
     ignore_quota: bool = False
     spread_over_quota: bool = False
 
@@ -52,7 +59,7 @@ class CampaignStart(_Body):
 class CampaignControl(_Body):
     """`flashsend campaign pause|resume|cancel`."""
 
-    reason: str | None = Field(None, max_length=500)
+    reason: str | None = Field(default=None, max_length=500)
 
 
 class CampaignPromote(_Body):
@@ -60,7 +67,7 @@ class CampaignPromote(_Body):
 
 
 class CampaignRelease(_Body):
-    by: str | None = Field(None, max_length=200)
+    by: str | None = Field(default=None, max_length=200)
 
 
 class ResendUnknown(_Body):
@@ -68,7 +75,7 @@ class ResendUnknown(_Body):
 
     older_than: str = Field(description="the grace, e.g. 1h")
     apply: str | None = Field(
-        None, description="the plan id a dry run answered: queue exactly that plan again"
+        default=None, description="the plan id a dry run answered: queue exactly that plan again"
     )
     reason: str = "resend-unknown through the API"
 
