@@ -29,6 +29,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     asub = p.add_subparsers(dest="api_cmd", required=False, metavar="ACTION")
     o = asub.add_parser("openapi", help="print the OpenAPI document (JSON) the API serves")
     o.set_defaults(func=cmd_openapi)
+    b = asub.add_parser(
+        "bench",
+        help="the API's figures during a campaign at full speed on the local stack",
+        description="GET campaign median/p99, SSE listeners (the API process's CPU per "
+        "listener per second), pause through the API → the last recipient SES accepted. "
+        "Needs the local stack (flashsend up). Example: flashsend api bench --users 200000 "
+        "--json",
+    )
+    b.add_argument("--users", type=int, default=1_000_000, help="recipients (default 1M)")
+    b.add_argument("--workers", type=int, default=2)
+    b.add_argument("--gets", type=int, default=500, help="GET requests timed")
+    b.add_argument("--listeners", type=int, default=200, help="event streams held at once")
+    b.add_argument("--sse-seconds", type=float, default=10.0)
+    b.add_argument("--rate", type=float, default=0.0, help="campaign limit (default 0: full speed)")
+    b.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    b.set_defaults(func=cmd_bench)
 
     keys = sub.add_parser("api-key", help="API keys of the HTTP API (admin)")
     ksub = keys.add_subparsers(dest="key_cmd", required=True, metavar="ACTION")
@@ -102,6 +118,29 @@ def openapi_document(settings: Settings | None = None) -> str:
 def cmd_openapi(args: argparse.Namespace) -> int:
     sys.stdout.write(openapi_document())
     return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from flashsend.cli.lab_result import progress_log
+    from flashsend.lab.api_bench import ApiBenchOptions, run_api_bench
+    from flashsend.lab.run import sigterm_interrupts
+
+    options = ApiBenchOptions(
+        users=args.users,
+        workers=args.workers,
+        gets=args.gets,
+        listeners=args.listeners,
+        sse_seconds=args.sse_seconds,
+        rate=args.rate,
+    )
+    with sigterm_interrupts():
+        result = run_api_bench(load_settings(), options, progress_log(args))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"  {key:<32} {value}")
+    return 1 if "error" in result else 0
 
 
 def _connect(settings: Settings) -> psycopg.Connection[Any]:
