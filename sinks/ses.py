@@ -307,6 +307,21 @@ class SesSender:
             "text": str(content.get("Text", "")),
         }
 
+    def render_template(self, name: str, data: dict[str, Any]) -> str | None:
+        """SES's own rendering of `name` with `data` (TestRenderEmailTemplate), as MIME text;
+        None when SES has no template of that name."""
+        try:
+            answer = self._client.test_render_email_template(
+                TemplateName=name, TemplateData=json.dumps(data)
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "NotFoundException":
+                return None
+            raise _translate(exc) from exc
+        except Exception as exc:
+            raise _translate(exc) from exc
+        return str(answer["RenderedTemplate"])
+
     def list_templates(self, limit: int = 100) -> list[dict[str, str]]:
         """Template names and creation times, every page up to `limit`."""
         out: list[dict[str, str]] = []

@@ -54,6 +54,49 @@ def get_template(request: Request, principal: Viewer, name: TemplateName) -> Res
     return cached_json(request, template)
 
 
+def preview_data(first_name: str | None, user_id: int) -> dict[str, Any]:
+    """The values the sender gives one recipient (streams.sender.replacement_data); a
+    campaign with a promo pool adds the code bound at the claim, shown here as a sample."""
+    return {"first_name": first_name or "there", "user_id": user_id, "promo_code": "SAMPLE-CODE"}
+
+
+@router.get(
+    "/templates/{name}/preview",
+    summary="the template as SES renders it for one user (subject, text, html)",
+)
+def preview_template(
+    request: Request,
+    principal: Admin,
+    name: TemplateName,
+    user_id: Annotated[int, Query(ge=1, description="the user whose values fill it")],
+) -> Response:
+    import email
+    import email.policy
+
+    with _state(request).pool.connection() as conn:
+        row = conn.execute("SELECT first_name FROM users WHERE id = %s", (user_id,)).fetchone()
+    if row is None:
+        raise field_error("query.user_id", f"no user {user_id}")
+    rendered = _ses(request).render_template(name, preview_data(row[0], user_id))
+    if rendered is None:
+        raise ApiProblem(404, f"SES has no template {name!r}")
+    message = email.message_from_string(rendered, policy=email.policy.default)
+    parts: dict[str, str | None] = {}
+    for kind in ("plain", "html"):
+        part = message.get_body(preferencelist=(kind,))
+        parts[kind] = None if part is None else str(part.get_content())
+    return cached_json(
+        request,
+        {
+            "name": name,
+            "user_id": user_id,
+            "subject": str(message["Subject"]),
+            "text": parts["plain"],
+            "html": parts["html"],
+        },
+    )
+
+
 @router.put("/templates/{name}", summary="create or update an SES template")
 def put_template(
     request: Request, principal: Admin, name: TemplateName, body: TemplatePut

@@ -112,3 +112,36 @@ def test_suppressions_add_search_remove_with_reasons(settings: Settings) -> None
     assert all(
         r["detail"]["address"] == "(admin only)" for r in seen if "suppression" in r["action"]
     )
+
+
+def test_a_template_preview_is_rendered_by_ses_for_one_user(settings: Settings) -> None:
+    import psycopg
+
+    name = f"prev_{uuid.uuid4().hex[:8]}"
+    body = {
+        "subject": "{{first_name}}, 50% off",
+        "html": "<p>Hi {{first_name}} #{{user_id}}</p>",
+        "text": "Hi {{first_name}}, code {{promo_code}}",
+    }
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO users (id, email, first_name) SELECT coalesce(max(id), 0) + 1, "
+            "'p@x.flashsend.test', 'Ann & Bo' FROM users RETURNING id"
+        ).fetchone()
+    assert row is not None
+    uid = row[0]
+    with serve(settings) as api, api.client("admin") as admin:
+        assert admin.put(f"/api/v1/templates/{name}", json=body).status_code == 200
+        shown = admin.get(f"/api/v1/templates/{name}/preview", params={"user_id": uid})
+        assert shown.status_code == 200, shown.text
+        preview = shown.json()
+        assert preview["subject"] == "Ann & Bo, 50% off"
+        assert preview["text"].strip() == "Hi Ann & Bo, code SAMPLE-CODE"
+        assert preview["html"].strip() == f"<p>Hi Ann &amp; Bo #{uid}</p>"
+        missing = admin.get(f"/api/v1/templates/{name}/preview", params={"user_id": 10**12})
+        assert assert_problem(missing, 422)["errors"][0]["field"] == "query.user_id"
+        assert_problem(admin.get("/api/v1/templates/nope_x/preview", params={"user_id": uid}), 404)
+        with api.client("operator") as operator:
+            assert_problem(
+                operator.get(f"/api/v1/templates/{name}/preview", params={"user_id": uid}), 403
+            )
