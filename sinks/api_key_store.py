@@ -110,6 +110,10 @@ class ApiKeyStore:
             int(key_id), str(name), bytes(digest), str(role), revoked is None and not expired
         )
 
+    def usable(self, key_id: int) -> bool:
+        row = self.conn.execute(query("api_key_usable"), {"id": key_id}).fetchone()
+        return bool(row and row[0])
+
     def keys(self) -> list[dict[str, Any]]:
         cur = self.conn.cursor(row_factory=dict_row)
         return [_plain(r) for r in cur.execute(query("list_api_keys")).fetchall()]

@@ -23,6 +23,7 @@ from flashsend.api.auth import Viewer
 from flashsend.api.events import Broadcaster, stream
 from flashsend.api.state import ApiState, make_state
 from flashsend.settings import Settings
+from sinks.api_key_store import ApiKeyStore
 
 VERSION = "1"
 
@@ -119,8 +120,13 @@ def create_app(settings: Settings) -> FastAPI:
         request: Request, principal: Viewer, campaign_id: Annotated[int, Path(ge=1)]
     ) -> StreamingResponse:
         first = await broadcaster.first_frame(campaign_id)  # 404 before the stream opens
+
+        def key_usable() -> bool:
+            with state.pool.connection() as conn:
+                return ApiKeyStore(conn).usable(principal.key_id)
+
         return StreamingResponse(
-            stream(broadcaster, campaign_id, first),
+            stream(broadcaster, campaign_id, first, key_usable),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )

@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from psycopg_pool import ConnectionPool
@@ -130,15 +130,28 @@ def sse(frame: dict[str, Any] | None, event: str = "progress") -> bytes:
     return f"event: {event}\ndata: {json.dumps(frame, default=str)}\n\n".encode()
 
 
+KEY_RECHECK_S = 5.0  # how often an open stream asks whether its key is still usable
+
+
 async def stream(
-    broadcaster: Broadcaster, campaign_id: int, first: dict[str, Any]
+    broadcaster: Broadcaster,
+    campaign_id: int,
+    first: dict[str, Any],
+    key_usable: Callable[[], bool],
 ) -> AsyncIterator[bytes]:
     """The stream's bytes: the frame read at open, then one per poll until the campaign is
-    final (its last frame sent) or gone."""
+    final (its last frame sent) or gone, or the key is revoked or expires (`key_usable`,
+    asked every KEY_RECHECK_S)."""
     yield b"retry: 2000\n\n" + sse(first)
     if first.get("status") in FINAL:
         return
+    checked = time.monotonic()
     async for frame in broadcaster.listen(campaign_id):
+        if time.monotonic() - checked >= KEY_RECHECK_S:
+            checked = time.monotonic()
+            if not await asyncio.to_thread(key_usable):
+                yield b"event: unauthorized\ndata: {}\n\n"
+                return
         yield sse(frame)
         if frame is None or frame.get("status") in FINAL:
             return

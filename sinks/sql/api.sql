@@ -13,6 +13,11 @@ SELECT id, name, key_hash, role, expires_at, revoked_at, expires_at IS NOT NULL
        AND expires_at <= now() AS expired
   FROM api_keys WHERE prefix = %(prefix)s;
 
+-- name: api_key_usable
+-- Asked again while an event stream stays open, so a revoke or an expiry ends it too.
+SELECT revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+  FROM api_keys WHERE id = %(id)s;
+
 -- name: list_api_keys
 SELECT id, name, prefix, role, created_by, created_at, expires_at, revoked_at
   FROM api_keys ORDER BY id;

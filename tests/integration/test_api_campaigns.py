@@ -15,6 +15,8 @@ import pytest
 
 from flashsend.cli.entry import main
 from flashsend.settings import Settings, settings_env
+from sinks.api_key_store import ApiKeyStore
+from sinks.audit_store import Actor
 from sinks.users import seed_users
 from tests.integration.api_helpers import (
     Api,
@@ -263,3 +265,19 @@ def test_a_stale_unanswered_idempotency_claim_is_taken_over(settings: Settings) 
         again = admin.post("/api/v1/campaigns", json=body, headers={"Idempotency-Key": "died"})
         assert again.json() == retry.json() and again.headers["idempotent-replayed"] == "true"
         assert len(admin.get("/api/v1/campaigns").json()["items"]) == 1
+
+
+def test_an_open_event_stream_ends_when_its_key_is_revoked(settings: Settings) -> None:
+    cid = new_campaign(settings)
+    with serve(settings) as api:
+        key = api.new_key("watcher", "viewer")
+        with (
+            api.client(key=key) as client,
+            client.stream("GET", f"/api/v1/campaigns/{cid}/events") as response,
+        ):
+            lines = response.iter_lines()
+            assert _frames(lines, 1)[0]["id"] == cid
+            with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+                ApiKeyStore(conn).revoke("watcher", Actor("cli:test"))
+            rest = list(lines)  # the server ends the stream
+        assert "event: unauthorized" in rest
