@@ -279,8 +279,8 @@ def test_an_open_event_stream_ends_when_its_key_is_revoked(settings: Settings) -
             assert _frames(lines, 1)[0]["id"] == cid
             with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
                 ApiKeyStore(conn).revoke("watcher", Actor("cli:test"))
-            # The server ends the stream at its next check of the key (every 5 s, ~10
-            # frames): 120 frames without the end means it never comes.
+            # The server ends the stream at its next check of the key (every 5 s, about 10
+            # frames of 3 lines): 400 lines without the end means it never comes.
             ended = False
             for frames, line in enumerate(lines):
                 if line == "event: unauthorized":
