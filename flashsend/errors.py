@@ -17,3 +17,11 @@ class UsageError(FlashsendError):
 
 class NotFound(FlashsendError):
     """No such object."""
+
+
+class Conflict(UsageError):
+    """The object is not in a state that allows this."""
+
+    def __init__(self, message: str = "", state: str | None = None) -> None:
+        super().__init__(message)
+        self.state = state

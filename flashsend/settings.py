@@ -40,7 +40,7 @@ class Settings(BaseSettings):
     state_dir: Path = Path(".flashsend")
     # Downloads (Kafka jars) shared by every state dir, so test stacks reuse them.
     cache_dir: Path = Path(".flashsend/cache")
-    local_services: Names = ("kafka", "postgres", "ses", "registry", "webhook")
+    local_services: Names = ("kafka", "postgres", "ses", "registry", "webhook", "api")
 
     # Kafka (local broker: ports below; external: set kafka_bootstrap).
     kafka_port: int = 19092
@@ -220,6 +220,14 @@ class Settings(BaseSettings):
         "DeliveryDelay",
         "Rendering Failure",
     )
+
+    # The Campaign HTTP API (`flashsend api`; docs/api.md). Local: loopback only.
+    api_port: int = 14568
+    api_host: str = "127.0.0.1"
+    api_requests_per_minute: float = 3000.0  # per API key; 0 = no budget
+    api_requests_burst: float = 0.0  # requests a key may send at once; 0: a tenth of a minute's
+    api_pool_size: int = 8  # PostgreSQL connections of one API process (reads, keys)
+    api_events_interval_s: float = 0.5  # seconds between two frames of a campaign's event stream
 
     # How SES events reach mail.events (docs/deliverability.md compares the paths): firehose
     # (SES → Firehose → the webhook's /firehose, batches of up to 500 events), webhook (SES →

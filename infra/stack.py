@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flashsend.settings import Settings
+from infra.api_service import ApiService
 from infra.elasticmq import ElasticMq
 from infra.errors import StackError
 from infra.kafka import KafkaCluster
@@ -148,6 +149,7 @@ class Stack:
         self.webhook = WebhookService(settings)  # deliverability
         self.sqs = ElasticMq(settings)  # SES events through SQS
         self.puller = PullerService(settings)
+        self.api = ApiService(settings)
 
     def _services(
         self, log: Callable[[str], None] = print, *, every: bool = False
@@ -162,6 +164,7 @@ class Stack:
             ("sqs", self._start_sqs, self.sqs.stop),  # after ses: it subscribes the queue
             ("puller", self.puller.start, self.puller.stop),
             ("webhook", self.webhook.start, self.webhook.stop),  # after ses: it subscribes
+            ("api", self.api.start, self.api.stop),
         ]
         return [entry for entry in table if every or entry[0] in wanted]
 
@@ -230,6 +233,11 @@ class Stack:
             *(
                 [ServiceStatus("webhook", self.webhook.ready(), self.webhook.endpoint)]
                 if "webhook" in s.local_services and self.webhook.ever_started()
+                else []
+            ),
+            *(
+                [ServiceStatus("api", self.api.ready(), self.api.endpoint)]
+                if "api" in s.local_services and self.api.ever_started()
                 else []
             ),
         ]

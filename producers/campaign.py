@@ -20,7 +20,7 @@ from confluent_kafka import KafkaException, Producer
 from psycopg import sql
 
 from flashsend.deliverability import check_separation
-from flashsend.errors import FlashsendError, NotFound, UsageError
+from flashsend.errors import Conflict, FlashsendError, NotFound, UsageError
 from flashsend.settings import Settings
 from producers.corrections import check_correction_source
 from producers.doorbells import DoorbellProducer
@@ -31,6 +31,7 @@ from producers.topics import Replication, ensure_topics
 from schemas import serde
 from schemas.doorbell import DOORBELL_BATCH_RECORDS, DoorbellWriter
 from sinks import recipient_partitions as partitions
+from sinks.audit_store import Actor, record
 from sinks.queries import query
 from sinks.schedule_store import ScheduleStore
 from sinks.seed_store import SeedPlan, SeedStore
@@ -152,6 +153,7 @@ def snapshot(
     quota: DailyQuota | None = None,
     seeds: SeedPlan | None = None,
     spread_rate: float | None = None,
+    actor: Actor | None = None,
 ) -> int:
     """Snapshot the audience into campaign_recipients in one transaction; returns the
     audience's row count (a seed list's rows come after it and are not counted).
@@ -166,7 +168,7 @@ def snapshot(
     args: dict[str, Any] = {"campaign_id": campaign_id}
     with conn.transaction():
         if conn.execute(query("begin_snapshot"), {"id": campaign_id}).fetchone() is None:
-            raise UsageError(f"campaign {campaign_id} was started concurrently")
+            raise Conflict(f"campaign {campaign_id} was started concurrently", state="snapshotting")
         ab = VariantStore(conn).state(campaign_id)
         variants = ab.variants if ab is not None else []
         names = [v.name for v in variants] or None
@@ -216,6 +218,15 @@ def snapshot(
         conn.execute(sql.SQL("ANALYZE {table}").format(table=table))
         partitions.attach(conn, campaign_id)
         conn.execute(query("finish_snapshot"), {"id": campaign_id, "recipients": count})
+        record(
+            conn,
+            actor,
+            "start",
+            campaign_id,
+            "draft",
+            "sending",
+            {"recipients": count, **({"seeds": len(seeds.emails)} if seeds else {})},
+        )
     return count
 
 
@@ -309,6 +320,7 @@ def start_campaign(
     ignore_quota: bool = False,
     spread_over_quota: bool = False,
     seeds: SeedPlan | None = None,
+    actor: Actor | None = None,
 ) -> StartResult:
     """`now` (default: the clock) is when a scheduled campaign's plan counts from. With
     `seeds`, the seed list gets the mail first and the audience is held for `seeds.hold_s`
@@ -372,7 +384,9 @@ def start_campaign(
                 spread_rate = float(rate_row[5]) if rate_row else 0.0
             t0 = time.monotonic()
             plan = plan_snapshot(settings, conn, campaign_id, audience, now or datetime.now(UTC))
-            recipients = snapshot(conn, campaign_id, audience, plan, quota, seeds, spread_rate)
+            recipients = snapshot(
+                conn, campaign_id, audience, plan, quota, seeds, spread_rate, actor
+            )
             snapshot_s = time.monotonic() - t0
             already = False
         else:  # started, not yet produced in full: resume

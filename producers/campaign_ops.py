@@ -13,9 +13,10 @@ from datetime import UTC, datetime
 import psycopg
 
 from flashsend.deliverability import event_types
-from flashsend.errors import UsageError
+from flashsend.errors import Conflict, UsageError
 from flashsend.settings import Settings
 from producers.corrections import check_source_at_create, correction_audience, set_correction_of
+from sinks.audit_store import Actor, record
 from sinks.campaign_store import CampaignStore
 from sinks.queries import query
 from sinks.schedule_store import ScheduleStore
@@ -53,6 +54,8 @@ def create_campaign(
     correction_of: int | None = None,
     channel: str = "email",
     rate_unit: str = "messages",
+    actor: Actor | None = None,
+    audience_name: str | None = None,
 ) -> int:
     """A draft campaign; with `ab`, an A/B test; with `schedule`, a local-time window or
     engagement waves; with `ramp`, a rate ramp (each stored in one transaction with it). A
@@ -115,6 +118,19 @@ def create_campaign(
             )
         if correction_of is not None:
             set_correction_of(conn, cid, correction_of)
+        record(
+            conn,
+            actor,
+            "create",
+            cid,
+            None,
+            "draft",
+            {
+                "name": name,
+                "channel": channel,
+                **({"audience": audience_name} if audience_name else {}),
+            },
+        )
         return cid
 
 
@@ -127,14 +143,26 @@ class AbTest:
     winner_by: str = "clicks"
 
 
-def control_campaign(settings: Settings, campaign_id: int, action: str, reason: str | None) -> str:
+CONTROL_TARGETS = {"pause": "paused", "resume": "sending", "cancel": "cancelled"}
+
+
+def control_campaign(
+    settings: Settings,
+    campaign_id: int,
+    action: str,
+    reason: str | None,
+    actor: Actor | None = None,
+) -> str:
     """`flashsend campaign pause|resume|cancel`: returns once the change is in effect (what
-    the command prints)."""
+    the command prints). Conflict, with the current state, when the campaign is not in a
+    state the action moves it from."""
     from streams.campaign_state import POLL_INTERVAL_S
 
-    target = {"pause": "paused", "resume": "sending", "cancel": "cancelled"}[action]
+    target = CONTROL_TARGETS[action]
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
-        CampaignStore(conn).transition(campaign_id, target, reason if target != "sending" else None)
+        CampaignStore(conn).transition(
+            campaign_id, target, reason if target != "sending" else None, actor, action
+        )
     if target in ("paused", "cancelled"):
         # Workers poll the campaign row every POLL_INTERVAL_S; once that has passed, every
         # lane has seen the new state, so at most the call already in flight completes.
@@ -147,7 +175,7 @@ def control_campaign(settings: Settings, campaign_id: int, action: str, reason: 
     return f"campaign {campaign_id} {target}"
 
 
-def promote(settings: Settings, campaign_id: int, variant: str) -> str:
+def promote(settings: Settings, campaign_id: int, variant: str, actor: Actor | None = None) -> str:
     """`campaign promote`: make `variant` the winner now; the holdout gets its template. When
     the campaign is sending, the released rows are produced before this returns (paused: on
     resume)."""
@@ -165,16 +193,19 @@ def promote(settings: Settings, campaign_id: int, variant: str) -> str:
         names = [v.name for v in state.variants]
         if variant not in names:
             raise UsageError(f"campaign {campaign_id} has no variant {variant!r}; it has {names}")
-        result = store.set_winner(campaign_id, variant, "manual: campaign promote")
+        result = store.set_winner(campaign_id, variant, "manual: campaign promote", actor)
         if not result.won:
             now = store.state(campaign_id)
             assert now is not None
             if now.winner is not None:
-                raise UsageError(
+                raise Conflict(
                     f"campaign {campaign_id} already has a winner: {now.winner} "
-                    f"({now.winner_reason}); its holdout got that template"
+                    f"({now.winner_reason}); its holdout got that template",
+                    state=now.status,
                 )
-            raise UsageError(f"campaign {campaign_id} is {now.status}: nothing to promote")
+            raise Conflict(
+                f"campaign {campaign_id} is {now.status}: nothing to promote", state=now.status
+            )
         status = state.status
     produced = 0
     if status == "sending":
@@ -188,22 +219,25 @@ def promote(settings: Settings, campaign_id: int, variant: str) -> str:
     )
 
 
-def release(settings: Settings, campaign_id: int, by: str) -> str:
+def release(settings: Settings, campaign_id: int, by: str, actor: Actor | None = None) -> str:
     """`campaign release`: end a seed hold now; the audience is produced before this returns
     when the campaign is sending (paused: on resume)."""
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         store = SeedStore(conn)
-        result = store.release(campaign_id, by)
+        result = store.release(campaign_id, by, actor)
         state = store.state(campaign_id)
     if not result.freed:
         if state.hold_until is None:
             raise UsageError(f"campaign {campaign_id} has no seed hold (start it with --seed-list)")
         if state.released_at is not None:
-            raise UsageError(
+            raise Conflict(
                 f"campaign {campaign_id}'s hold was released already, at {state.released_at} "
-                f"by {state.released_by}"
+                f"by {state.released_by}",
+                state=state.status,
             )
-        raise UsageError(f"campaign {campaign_id} is {state.status}: nothing to release")
+        raise Conflict(
+            f"campaign {campaign_id} is {state.status}: nothing to release", state=state.status
+        )
     produced = 0
     if state.status == "sending":
         from producers.reconcile import requeue_after_resume

@@ -28,6 +28,7 @@ from flashsend.metrics_state import Watermarks
 from flashsend.settings import Settings
 from producers.reconcile import Reconciler
 from producers.replay import operator
+from sinks.audit_store import Actor
 from sinks.queries import query
 from sinks.resolution_store import ResendDone, ResendPlan, UnknownRowsStore
 
@@ -103,11 +104,17 @@ class ResendResult:
         }
 
 
-def resend_unknown(settings: Settings, plan: ResendPlan, *, reason: str) -> ResendResult:
+def resend_unknown(
+    settings: Settings, plan: ResendPlan, *, reason: str, actor: Actor | None = None
+) -> ResendResult:
     """Queue the plan's rows again (those still unknown) and produce their doorbells."""
     who, host = operator(settings)
+    if actor is not None and not actor.who.startswith("cli:"):
+        who, host = actor.who, actor.source or host
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
-        done = UnknownRowsStore(conn).resend(plan, requested_by=who, host=host, reason=reason)
+        done = UnknownRowsStore(conn).resend(
+            plan, requested_by=who, host=host, reason=reason, actor=actor
+        )
     produced = 0
     if done.moved and done.campaign_status != "paused":
         with Reconciler(settings) as reconciler:

@@ -9,7 +9,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from flashsend.errors import NotFound, UsageError
+from flashsend.errors import Conflict, NotFound, UsageError
+from sinks.audit_store import Actor, record
 from sinks.queries import query
 
 # A campaign in one of these states sends nothing more; its rows' statuses are final.
@@ -131,8 +132,23 @@ class CampaignStore:
             raise NotFound(f"campaign {campaign_id} does not exist")
         return str(row[0])
 
-    def transition(self, campaign_id: int, status: str, reason: str | None) -> None:
+    def transition(
+        self,
+        campaign_id: int,
+        status: str,
+        reason: str | None,
+        actor: Actor | None = None,
+        action: str | None = None,
+    ) -> str:
+        """One compare-and-set (set_campaign_status: `WHERE status = ANY(<allowed from>)`)
+        under the row lock, with its audit row in the same transaction; returns the state it
+        changed from. Conflict (with the current state) when the campaign is elsewhere."""
         with self.conn.transaction():
+            locked = self.conn.execute(query("lock_campaign_status"), {"id": campaign_id})
+            before_row = locked.fetchone()
+            if before_row is None:
+                raise NotFound(f"campaign {campaign_id} does not exist")
+            before = str(before_row[0])
             row = self.conn.execute(
                 query("set_campaign_status"),
                 {
@@ -143,10 +159,21 @@ class CampaignStore:
                 },
             ).fetchone()
             if row is None:
-                current = self.status(campaign_id)
-                raise UsageError(f"campaign {campaign_id} is {current}; cannot make it {status}")
+                raise Conflict(
+                    f"campaign {campaign_id} is {before}; cannot make it {status}", state=before
+                )
+            record(
+                self.conn,
+                actor,
+                action or status,
+                campaign_id,
+                before,
+                status,
+                {"reason": reason} if reason else None,
+            )
         if status == "cancelled":
             self.cancel_pending(campaign_id)
+        return before
 
     def finish(self, campaign_id: int) -> None:
         """Mark a campaign whose rows are all terminal done, as reconcile's next tick would;

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 
 from flashsend.errors import NotFound, UsageError
+from sinks.audit_store import Actor, record
 from sinks.pg_arrays import text_array
 from sinks.queries import query
 from streams.promo_codes import Pattern, draw_codes, pool_refusal
@@ -36,7 +37,9 @@ class PromoStore:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
 
-    def import_codes(self, campaign_id: int, codes: Sequence[str]) -> int:
+    def import_codes(
+        self, campaign_id: int, codes: Sequence[str], actor: Actor | None = None
+    ) -> int:
         """Add `codes` (distinct) to the pool; UsageError, and nothing added, when the pool
         already holds one of them or the campaign cannot take codes."""
         with self.conn.transaction():
@@ -54,9 +57,12 @@ class PromoStore:
                     f"{len(codes) - added:,} code(s) of the file are already in campaign "
                     f"{campaign_id}'s pool (e.g. {', '.join(present)}); nothing imported"
                 )
+            record(self.conn, actor, "promo import", campaign_id, detail={"added": added})
         return added
 
-    def generate(self, campaign_id: int, pattern: Pattern, count: int) -> list[str]:
+    def generate(
+        self, campaign_id: int, pattern: Pattern, count: int, actor: Actor | None = None
+    ) -> list[str]:
         """Draw `count` new codes into the pool (drawing again for any the pool held)."""
         made: list[str] = []
         with self.conn.transaction():
@@ -65,6 +71,7 @@ class PromoStore:
                 wanted = count - len(made)
                 codes = draw_codes(pattern, wanted, taken=made)
                 if self._add(campaign_id, codes) == wanted:
+                    record(self.conn, actor, "promo generate", campaign_id, detail={"added": count})
                     return made + codes
                 # Some were in the pool: keep those that went in (ON CONFLICT left the rest).
                 present = {

@@ -12,6 +12,7 @@ import psycopg
 from psycopg import sql
 
 from flashsend.errors import UsageError
+from sinks.audit_store import Actor, record
 from sinks.campaign_store import SETTLED, CampaignStore
 
 # Room on each page for the HOT copies of the two updates every row gets (pending -> sending
@@ -71,7 +72,7 @@ def create_partition(conn: psycopg.Connection, campaign_id: int) -> None:
     attach(conn, campaign_id)
 
 
-def retire(conn: psycopg.Connection, campaign_id: int) -> str:
+def retire(conn: psycopg.Connection, campaign_id: int, actor: Actor | None = None) -> str:
     """Drop a settled campaign's recipient rows by detaching and dropping its partition (seed
     trap 12: DELETE of 1M rows took 1.3 s and left as many dead tuples). The status counters
     stay, so `campaign status` still shows the final counts; `campaign report` needs the rows.
@@ -90,7 +91,10 @@ def retire(conn: psycopg.Connection, campaign_id: int) -> str:
                 table=table, how=sql.SQL(how)
             )
         )
-    conn.execute(sql.SQL("DROP TABLE {table}").format(table=table))
+    with conn.transaction():
+        status = CampaignStore(conn).status(campaign_id)
+        conn.execute(sql.SQL("DROP TABLE {table}").format(table=table))
+        record(conn, actor, "retire", campaign_id, status, status, {"dropped": name})
     return name
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 
 from flashsend.errors import NotFound, UsageError
+from sinks.audit_store import Actor, record
 from sinks.pg_arrays import int_array, text_array
 from sinks.queries import query
 from streams.resolution import EventProof, resend_refusal, settle
@@ -110,7 +111,15 @@ class UnknownRowsStore:
         ]
         return ResendPlan(campaign_id, status, older_than_s, rows, resend_refusal(status))
 
-    def resend(self, plan: ResendPlan, *, requested_by: str, host: str, reason: str) -> ResendDone:
+    def resend(
+        self,
+        plan: ResendPlan,
+        *,
+        requested_by: str,
+        host: str,
+        reason: str,
+        actor: Actor | None = None,
+    ) -> ResendDone:
         """Move the plan's rows that are still unknown back to pending (flagged requeue) and
         audit it, in one transaction under the campaign's reconcile lock."""
         if plan.refusal is not None:
@@ -138,6 +147,16 @@ class UnknownRowsStore:
                 ).fetchone()
                 refusal = resend_refusal(str(now[0]) if now else "gone")
                 raise UsageError(f"campaign {plan.campaign_id}: {refusal}")
+            after = "sending" if reopened else str(status)
+            record(
+                self.conn,
+                actor,
+                "resend-unknown",
+                plan.campaign_id,
+                str(status),
+                after,
+                {"moved": int(moved), "unknown_resends_id": int(audit_id), "reason": reason},
+            )
         return ResendDone(str(status), int(moved), bool(reopened), int(audit_id))
 
     def resends(self, campaign_id: int) -> int:

@@ -15,6 +15,7 @@ import psycopg
 from psycopg import sql
 
 from flashsend.errors import NotFound
+from sinks.audit_store import Actor, record
 from sinks.queries import query
 from streams.seed_list import HoldState
 
@@ -69,10 +70,12 @@ class SeedStore:
             for e, s, r, t in self.conn.execute(query("seed_rows"), {"id": campaign_id})
         ]
 
-    def release(self, campaign_id: int, by: str) -> ReleaseResult:
+    def release(self, campaign_id: int, by: str, actor: Actor | None = None) -> ReleaseResult:
         with self.conn.transaction():
             row = self.conn.execute(query("release_hold"), {"id": campaign_id, "by": by}).fetchone()
-        assert row is not None
+            assert row is not None
+            if row[0]:
+                record(self.conn, actor, "release", campaign_id, detail={"released": int(row[1])})
         return ReleaseResult(bool(row[0]), int(row[1]))
 
 

@@ -290,6 +290,57 @@ class SesSender:
             raise _translate(exc) from exc
         return True
 
+    def get_template(self, name: str) -> dict[str, str] | None:
+        """The template's subject, html and text, or None when SES has none of that name."""
+        try:
+            content = self._client.get_email_template(TemplateName=name)["TemplateContent"]
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "NotFoundException":
+                return None
+            raise _translate(exc) from exc
+        except Exception as exc:
+            raise _translate(exc) from exc
+        return {
+            "name": name,
+            "subject": str(content.get("Subject", "")),
+            "html": str(content.get("Html", "")),
+            "text": str(content.get("Text", "")),
+        }
+
+    def render_template(self, name: str, data: dict[str, Any]) -> str | None:
+        """SES's own rendering of `name` with `data` (TestRenderEmailTemplate), as MIME text;
+        None when SES has no template of that name."""
+        try:
+            answer = self._client.test_render_email_template(
+                TemplateName=name, TemplateData=json.dumps(data)
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "NotFoundException":
+                return None
+            raise _translate(exc) from exc
+        except Exception as exc:
+            raise _translate(exc) from exc
+        return str(answer["RenderedTemplate"])
+
+    def list_templates(self, limit: int = 100) -> list[dict[str, str]]:
+        """Template names and creation times, every page up to `limit`."""
+        out: list[dict[str, str]] = []
+        token: str | None = None
+        try:
+            while len(out) < limit:
+                page = self._client.list_email_templates(
+                    PageSize=min(100, limit - len(out)), **({"NextToken": token} if token else {})
+                )
+                for t in page.get("TemplatesMetadata", []):
+                    created = t.get("CreatedTimestamp")
+                    out.append({"name": str(t["TemplateName"]), "created_at": str(created)})
+                token = page.get("NextToken")
+                if not token:
+                    break
+        except Exception as exc:
+            raise _translate(exc) from exc
+        return out
+
     def put_template(self, name: str, subject: str, html: str, text: str) -> None:
         content = {"Subject": subject, "Html": html, "Text": text}
         try:

@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 
 from flashsend.errors import NotFound, UsageError
+from sinks.audit_store import Actor, record
 from sinks.queries import query
 from streams.ab_test import Variant, VariantCounts
 
@@ -115,12 +116,22 @@ class VariantStore:
             )
         return out
 
-    def set_winner(self, campaign_id: int, variant: str, reason: str) -> WinnerResult:
+    def set_winner(
+        self, campaign_id: int, variant: str, reason: str, actor: Actor | None = None
+    ) -> WinnerResult:
         with self.conn.transaction():
             row = self.conn.execute(
                 query("set_winner"), {"id": campaign_id, "variant": variant, "reason": reason}
             ).fetchone()
-        assert row is not None
+            assert row is not None
+            if row[0]:
+                record(
+                    self.conn,
+                    actor,
+                    "promote",
+                    campaign_id,
+                    detail={"variant": variant, "released": int(row[1])},
+                )
         return WinnerResult(variant, bool(row[0]), int(row[1]))
 
 

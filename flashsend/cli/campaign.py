@@ -22,7 +22,9 @@ from producers.campaign_ops import (
     control_campaign,
     create_campaign,
 )
+from sinks.audit_store import Actor
 from sinks.campaign_store import CampaignStore
+from sinks.campaign_views import status_view
 from sinks.promo_store import PromoCounts, PromoStore
 from sinks.ramp_store import format_ramp_status, ramp_status
 from sinks.schedule_store import ScheduleStore, schedule_summary
@@ -381,6 +383,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         schedule=schedule,
         ramp=parse_ramp(args.ramp) if args.ramp is not None else None,
         correction_of=args.correction_of,
+        actor=Actor.cli(settings.operator),
     )
     print(cid)
     return 0
@@ -391,8 +394,9 @@ def cmd_release(args: argparse.Namespace) -> int:
 
     from producers.campaign_ops import release
 
+    settings = load_settings()
     by = args.by or f"campaign release ({getpass.getuser()})"
-    print(release(load_settings(), args.id, by))
+    print(release(settings, args.id, by, Actor.cli(settings.operator)))
     return 0
 
 
@@ -415,7 +419,8 @@ def read_seed_plan(path: str | None, hold: str | None) -> SeedPlan | None:
 def cmd_promote(args: argparse.Namespace) -> int:
     from producers.campaign_ops import promote
 
-    print(promote(load_settings(), args.id, args.variant))
+    settings = load_settings()
+    print(promote(settings, args.id, args.variant, Actor.cli(settings.operator)))
     return 0
 
 
@@ -432,6 +437,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         ignore_quota=args.ignore_quota,
         spread_over_quota=args.spread_over_quota,
         seeds=seeds,
+        actor=Actor.cli(settings.operator),
     )
     bar.close()
     days = quota_plan(settings, args.id) if args.spread_over_quota else None
@@ -600,19 +606,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             ramp = ramp_status(conn, args.id)
             feedback_lag = store.feedback_lag(REPORT_FRESH_S)
             if args.json:
-                out = {
-                    **progress.as_dict(),
-                    **(promo.as_dict() if promo else {}),
-                    "feedback_lag_s": None if feedback_lag is None else round(feedback_lag, 1),
-                    "query_ms": round(query_ms, 1),
-                }
-                if ab is not None:
-                    out["ab_test"] = ab
-                if schedule is not None:
-                    out["schedule"] = schedule
-                if ramp is not None:
-                    out["ramp"] = ramp
-                print(json.dumps(out, default=str))
+                print(json.dumps(status_view(conn, args.id), default=str))
             else:
                 print(
                     format_status(progress, promo)
@@ -628,7 +622,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_control(args: argparse.Namespace) -> int:
-    print(control_campaign(load_settings(), args.id, args.action, args.reason))
+    settings = load_settings()
+    actor = Actor.cli(settings.operator)
+    print(control_campaign(settings, args.id, args.action, args.reason, actor))
     return 0
 
 
@@ -645,6 +641,6 @@ def cmd_retire(args: argparse.Namespace) -> int:
                 f"{progress.total:,} recipient row(s); add --yes to do it"
             )
             return 0
-        table = retire(conn, args.id)
+        table = retire(conn, args.id, Actor.cli(settings.operator))
     print(f"campaign {args.id} retired: dropped {table} ({progress.total:,} row(s))")
     return 0

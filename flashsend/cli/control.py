@@ -13,14 +13,7 @@ from flashsend.cli.campaign import format_limit, format_slots, format_variants
 from flashsend.cli.lab_result import progress_log
 from flashsend.errors import UsageError
 from flashsend.settings import load_settings
-from sinks.campaign_store import CampaignStore
-from sinks.promo_store import PromoStore
-from sinks.queries import query
-from sinks.resolution_store import UnknownRowsStore
-from sinks.schedule_store import ScheduleStore, schedule_summary
-from sinks.seed_store import SeedStore, hold_summary
-from sinks.variant_store import VariantStore, variants_summary
-from streams.resolution import in_doubt_summary
+from sinks.campaign_views import report_view
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -217,23 +210,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 def campaign_report(
     conn: psycopg.Connection[Any], campaign_id: int, bucket_s: float = 10.0
 ) -> dict[str, Any]:
-    progress = CampaignStore(conn).progress(campaign_id).as_dict()
-    reasons = conn.execute(query("report_reasons"), {"id": campaign_id}).fetchall()
-    rate = conn.execute(query("report_rate"), {"id": campaign_id, "bucket_s": bucket_s}).fetchall()
-    promo = PromoStore(conn).counts(campaign_id)
-    ab = variants_summary(VariantStore(conn), campaign_id)
-    schedule = schedule_summary(ScheduleStore(conn), campaign_id)
-    seeds = hold_summary(SeedStore(conn), campaign_id)
-    return {
-        "campaign": progress,
-        "promo_codes": None if promo is None else promo.as_dict(),
-        **({"ab_test": ab} if ab is not None else {}),
-        **({"schedule": schedule} if schedule is not None else {}),
-        **({"seed_list": seeds} if seeds is not None else {}),
-        "by_status_reason": [{"status": s, "reason": r or None, "count": n} for s, r, n in reasons],
-        "in_doubt": in_doubt_summary(reasons, UnknownRowsStore(conn).resends(campaign_id)),
-        "rate_over_time": [{"t_s": b * bucket_s, "per_s": round(n / bucket_s, 1)} for b, n in rate],
-    }
+    return report_view(conn, campaign_id, bucket_s)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -37,6 +37,7 @@ Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 
 def registry() -> list[Register]:
     from flashsend.cli import (
+        api,
         aws,
         bench,
         campaign,
@@ -68,6 +69,7 @@ def registry() -> list[Register]:
         operations.register,  # after control: adds `dlq show|replay`
         resend.register,  # after control: adds `campaign resend-unknown`
         promo.register,
+        api.register,  # api, api-key, audience, audit
     ]
 
 

@@ -162,7 +162,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _decode(settings: Settings, letter: Any) -> dict[str, Any] | str:
+def decode_letter(settings: Settings, letter: Any) -> dict[str, Any] | str:
     from producers.replay import bindings
     from schemas.serde import RegistryUnavailable, SerdeError, codec
 
@@ -194,7 +194,7 @@ def cmd_dlq_show(args: argparse.Namespace) -> int:
         raise FlashsendError(f"no dead letter {args.ref} in {settings.topic_dlq}")
     out = {
         **letter.as_dict(),
-        "decoded": _decode(settings, letter),
+        "decoded": decode_letter(settings, letter),
         "times_replayed": replayed(settings).get(key, 0),
     }
     if args.json:

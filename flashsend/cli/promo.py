@@ -10,6 +10,7 @@ import psycopg
 
 from flashsend.errors import UsageError
 from flashsend.settings import load_settings
+from sinks.audit_store import Actor
 from sinks.promo_store import PromoStore
 from streams.promo_codes import (
     ALPHABET,
@@ -111,9 +112,10 @@ def cmd_import(args: argparse.Namespace) -> int:
         ) from None
     except PoolFileError as exc:
         raise UsageError(f"{args.file}: {exc}") from None
-    with psycopg.connect(load_settings().pg_dsn, autocommit=True) as conn:
+    settings = load_settings()
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         store = PromoStore(conn)
-        added = store.import_codes(args.campaign, codes)
+        added = store.import_codes(args.campaign, codes, Actor.cli(settings.operator))
         counts = store.counts(args.campaign)
     _print(args, "imported", added, counts.left if counts else added)
     return 0
@@ -125,9 +127,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         check_count(pattern, args.count)
     except PatternError as exc:
         raise UsageError(str(exc)) from None
-    with psycopg.connect(load_settings().pg_dsn, autocommit=True) as conn:
+    settings = load_settings()
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         store = PromoStore(conn)
-        made = store.generate(args.campaign, pattern, args.count)
+        made = store.generate(args.campaign, pattern, args.count, Actor.cli(settings.operator))
         counts = store.counts(args.campaign)
     _print(args, "generated", len(made), counts.left if counts else len(made))
     return 0

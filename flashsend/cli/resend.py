@@ -8,6 +8,7 @@ from typing import Any
 
 from flashsend.errors import FlashsendError, UsageError
 from flashsend.settings import load_settings
+from sinks.audit_store import Actor
 from streams.resolution import RESEND_FROM, parse_duration
 
 SAMPLE = 10
@@ -110,7 +111,8 @@ def cmd_resend_unknown(args: argparse.Namespace) -> int:
         if not args.ignore_feedback_lag:
             check_feedback_caught_up(settings, wait_s=args.wait_feedback)
         try:
-            out.update(resend_unknown(settings, plan, reason=args.reason).as_dict())
+            actor = Actor.cli(settings.operator)
+            out.update(resend_unknown(settings, plan, reason=args.reason, actor=actor).as_dict())
         except FlashsendError as exc:
             if "re-produce failed" not in str(exc):
                 raise

@@ -71,6 +71,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"  registry  {settings.schema_registry_url}")
     if "sqs" in settings.local_services:
         print(f"  sqs       {settings.sqs_endpoint_url} (queue {settings.sqs_queue})")
+    if "api" in settings.local_services:
+        print(
+            f"  api       http://127.0.0.1:{settings.api_port}/api/v1 "
+            "(a key: flashsend api-key create --name me --role admin)"
+        )
     print(f"start seconds: {json.dumps(timings)}")
     return 0
 

@@ -40,7 +40,12 @@ from infra.ses_standin.protocol import (
 from infra.ses_standin.recipients import Recipients, parse_address
 from infra.ses_standin.sms import SmsAccount
 from infra.ses_standin.template_store import TemplateStore
-from infra.ses_standin.templates import CompiledTemplate, TemplateContent, compile_template
+from infra.ses_standin.templates import (
+    CompiledTemplate,
+    TemplateContent,
+    compile_template,
+    render_parts,
+)
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +233,21 @@ class SesAccount:
     def get_template(self, name: str) -> dict[str, Any]:
         template = self.templates.get(name)
         return {"TemplateName": template.name, "TemplateContent": template.content.to_wire()}
+
+    def render_template(self, name: str, data: dict[str, Any]) -> str:
+        """TestRenderEmailTemplate: the message as MIME text, rendered as a send would."""
+        from email.message import EmailMessage
+
+        stored = self.templates.get(name)  # NotFound for an unknown name
+        compiled = stored.compiled
+        message = EmailMessage()
+        message["Subject"] = render_parts(compiled.subject, data)
+        message.set_content(render_parts(compiled.text, data))
+        if compiled.html:
+            message.add_alternative(
+                render_parts(compiled.html, data, html_escape=True), subtype="html"
+            )
+        return message.as_string()
 
     def update_template(self, name: str, content: TemplateContent) -> None:
         self.templates.update(name, content)

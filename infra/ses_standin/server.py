@@ -32,6 +32,7 @@ from infra.ses_standin.protocol import (
     parse_template_request,
 )
 from infra.ses_standin.sms_routes import SmsApi
+from infra.ses_standin.templates import parse_template_data
 
 ACCOUNT = web.AppKey("account", SesAccount)
 STOPPING = web.AppKey("stopping", asyncio.Event)
@@ -61,6 +62,7 @@ def build_app(account: SesAccount) -> web.Application:
     router.add_get("/v2/email/templates/{name}", _ses(get_email_template))
     router.add_put("/v2/email/templates/{name}", _ses(update_email_template))
     router.add_delete("/v2/email/templates/{name}", _ses(delete_email_template))
+    router.add_post("/v2/email/templates/{name}/render", _ses(test_render_email_template))
     router.add_get("/v2/email/account", _ses(get_account))
     sets = "/v2/email/configuration-sets"
     router.add_post(sets, _ses(create_configuration_set))
@@ -155,6 +157,18 @@ async def update_email_template(request: web.Request, account: SesAccount) -> we
     _, content = parse_template_request(await _json_body(request), path_name=name)
     account.update_template(name, content)
     return ses_json({})
+
+
+async def test_render_email_template(
+    request: web.Request, account: SesAccount
+) -> web.StreamResponse:
+    body = await _json_body(request)
+    try:
+        data = parse_template_data(body.get("TemplateData"), "TemplateData")
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    rendered = account.render_template(request.match_info["name"], data)
+    return ses_json({"RenderedTemplate": rendered})
 
 
 async def delete_email_template(request: web.Request, account: SesAccount) -> web.StreamResponse:

@@ -44,6 +44,7 @@ SECRET_FIELDS = frozenset(
 PROBE_PATHS = {
     "metrics": (health.LIVENESS_PATH, health.READINESS_PATH),  # flashsend.metrics' server
     "http": (webhook.HEALTH_PATH, webhook.HEALTH_PATH),  # the webhook's own server
+    "api": (health.LIVENESS_PATH, health.READINESS_PATH),  # `flashsend api`'s own server
 }
 ANY_ADDRESS = ("0.0.0.0", "::")
 # Every long-running role, as (command, role option) of its parsed command line.
@@ -53,6 +54,7 @@ ROLES = {
     ("worker", "feedback"),
     ("relay", "orders"),
     ("webhook", None),
+    ("api", None),
 }
 
 
@@ -201,18 +203,22 @@ def settings_problems(docs: list[Doc]) -> list[str]:
                 continue
             if doc["kind"] != "Deployment":
                 continue
+            ports = {p.get("name"): p["containerPort"] for p in container.get("ports", [])}
+            scrape = doc["spec"]["template"]["metadata"].get("annotations", {})
+            if "api" in ports:  # `flashsend api` serves /metrics on its own port
+                if scrape.get("prometheus.io/port") != str(ports["api"]):
+                    problems.append(f"{where(doc)}: prometheus.io/port is not the API's port")
+                continue
             if settings.metrics_host != "0.0.0.0":
                 problems.append(
                     f"{where(doc, container)}: FLASHSEND_METRICS_HOST is "
                     f"{settings.metrics_host}: the kubelet cannot reach the probes"
                 )
-            ports = {p.get("name"): p["containerPort"] for p in container.get("ports", [])}
             if ports.get("metrics") != settings.metrics_port:
                 problems.append(
                     f"{where(doc, container)}: FLASHSEND_METRICS_PORT {settings.metrics_port} "
                     f"is not its 'metrics' containerPort {ports.get('metrics')}"
                 )
-            scrape = doc["spec"]["template"]["metadata"].get("annotations", {})
             if scrape.get("prometheus.io/port") != str(settings.metrics_port):
                 problems.append(f"{where(doc)}: prometheus.io/port is not the metrics port")
     return problems
@@ -273,6 +279,18 @@ def probe_problems(docs: list[Doc]) -> list[str]:
                         f"{where(doc, container)}: {probe} asks {get.get('path')} on {port}, "
                         f"which serves {PROBE_PATHS[port][index]} for that"
                     )
+                if port == "api":  # `flashsend api --port` serves its own probes
+                    args, _ = parse_command(container)
+                    if args is None or args.command != "api" or args.port != ports["api"]:
+                        problems.append(
+                            f"{where(doc, container)}: {probe} asks the API's port, but "
+                            "the container does not run `flashsend api --port` on it"
+                        )
+                    elif args.host not in ANY_ADDRESS:
+                        problems.append(
+                            f"{where(doc, container)}: the API listens on {args.host}, out "
+                            "of the kubelet's and Service's reach"
+                        )
                 if port == "http":  # only the webhook serves /health, on its --port
                     args, _ = parse_command(container)
                     if args is None or args.command != "webhook" or args.port != ports["http"]:
@@ -527,6 +545,25 @@ MUTATIONS: list[tuple[str, str, Callable[[list[Doc]], None]]] = [
         lambda d: named(d, "Service", "webhook")["spec"]["ports"][0].update(targetPort="web"),
     ),
     ("probes", "no tls", lambda d: named(d, "Ingress", "webhook")["spec"].pop("tls")),
+    (
+        "probes",
+        "api on loopback",
+        lambda d: pod(d, "Deployment", "api")["containers"][0]["command"].__setitem__(
+            3, "127.0.0.1"
+        ),
+    ),
+    (
+        "probes",
+        "api port",
+        lambda d: pod(d, "Deployment", "api")["containers"][0]["command"].__setitem__(5, "9"),
+    ),
+    (
+        "settings",
+        "api scrape port",
+        lambda d: named(d, "Deployment", "api")["spec"]["template"]["metadata"][
+            "annotations"
+        ].update({"prometheus.io/port": "9102"}),
+    ),
     ("commands", "bad role", lambda d: set_command(d, "flashsend", "worker", "--role", "sender")),
     ("commands", "bad flag", lambda d: set_command(d, "flashsend", "worker", "--threads", "4")),
     ("commands", "bad subcommand", lambda d: set_command(d, "flashsend", "workers")),

@@ -33,3 +33,8 @@ def test_down_stops_an_elasticmq_started_under_other_settings(tmp_path: Path) ->
     pid = ManagedProcess("sqs", tmp_path / "run").start(["sleep", "60"])
     assert Stack(Settings(state_dir=tmp_path)).down() == ["sqs"]
     assert not pid_alive(pid)
+
+
+def test_up_starts_the_api_last_by_default(tmp_path: Path) -> None:
+    names = Stack(Settings(state_dir=tmp_path)).service_names()
+    assert names[-1] == "api" and "webhook" in names
