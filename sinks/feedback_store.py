@@ -25,6 +25,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from sinks.offsets import Fence, PartitionOffsets, PartitionSpan, StoreUnavailable
+from sinks.pg_arrays import nullable_float_array, nullable_int_array, text_array
 from sinks.queries import query
 from sinks.resolution_store import resolve_in_doubt
 from streams.feedback_logic import FeedbackEffect, Thresholds, Window, pause_reason
@@ -85,18 +86,21 @@ class FeedbackStore:
     ) -> ApplyOutcome:
         cur = await conn.execute(
             query("apply_feedback"),
-            {
-                "event_ids": [e.event_id for e in todo],
-                "emails": [e.email for e in todo],
-                "campaign_ids": [e.campaign_id for e in todo],
-                "counters": [e.counter for e in todo],
-                "suppress": [e.suppress_reason for e in todo],
-                "sources": [e.source_event for e in todo],
-                "variants": [e.variant for e in todo],
-                "variant_counters": [e.variant_counter for e in todo],
-                "engaged": [e.engaged for e in todo],
-                "engaged_seqs": [e.engaged_seq for e in todo],
-                "engaged_at": [e.engaged_at_s for e in todo],
+            {  # array literals: psycopg's per-element dump cost more than the statement
+                "event_ids": text_array([e.event_id for e in todo]),
+                "emails": text_array([e.email for e in todo]),
+                "campaign_ids": nullable_int_array([e.campaign_id for e in todo]),
+                "counters": text_array([e.counter for e in todo]),
+                "suppress": text_array([e.suppress_reason for e in todo]),
+                # the source is read for a suppression only
+                "sources": text_array(
+                    [e.source_event if e.suppress_reason else None for e in todo]
+                ),
+                "variants": text_array([e.variant for e in todo]),
+                "variant_counters": text_array([e.variant_counter for e in todo]),
+                "engaged": text_array([e.engaged for e in todo]),
+                "engaged_seqs": nullable_int_array([e.engaged_seq for e in todo]),
+                "engaged_at": nullable_float_array([e.engaged_at_s for e in todo]),
             },
         )
         row = await cur.fetchone()
