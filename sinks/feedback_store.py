@@ -15,6 +15,7 @@ answer recorded) that the events prove sent or failed: sinks.resolution_store.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -56,6 +57,14 @@ class ApplyOutcome:
         )
 
 
+def uuid_key(event_id: str) -> str:
+    """The canonical text of a UUID (lower case, 8-4-4-4-12), the form PostgreSQL prints: two
+    spellings of one event id are one event."""
+    if len(event_id) == 36 and event_id == event_id.lower() and event_id[8::5][:4] == "----":
+        return event_id
+    return str(uuid.UUID(event_id))
+
+
 class FeedbackStore:
     def __init__(
         self, pool: AsyncConnectionPool, *, group_id: str, topic: str, thresholds: Thresholds
@@ -82,12 +91,18 @@ class FeedbackStore:
         return await self.offsets.transaction(spans, apply)
 
     async def _apply_effects(
-        self, conn: psycopg.AsyncConnection[Any], todo: list[FeedbackEffect]
+        self, conn: psycopg.AsyncConnection[Any], effects: list[FeedbackEffect]
     ) -> ApplyOutcome:
+        # One effect per event id, in id order (the statement's lock order): done here, the
+        # statement sorts nothing wider than the ids it inserts.
+        unique: dict[str, FeedbackEffect] = {}
+        for e in effects:
+            unique.setdefault(uuid_key(e.event_id), e)
+        todo = [unique[k] for k in sorted(unique)]
         cur = await conn.execute(
             query("apply_feedback"),
             {  # array literals: psycopg's per-element dump cost more than the statement
-                "event_ids": text_array([e.event_id for e in todo]),
+                "event_ids": text_array([uuid_key(e.event_id) for e in todo]),
                 "emails": text_array([e.email for e in todo]),
                 "campaign_ids": nullable_int_array([e.campaign_id for e in todo]),
                 "counters": text_array([e.counter for e in todo]),
