@@ -205,7 +205,8 @@ class PgOffsetsConsumer(AIOKafkaFaustConsumer):
                     continue
                 prepared = await handler.prepare(batch)
                 if inflight is not None:
-                    await inflight  # its failure stops the worker (the handler's to say)
+                    # A stop meanwhile lets it finish (shielded); its failure stops the worker.
+                    await asyncio.shield(inflight)
                 inflight = asyncio.create_task(handler.commit(prepared))
                 for tp, recs in records.items():
                     if recs:
