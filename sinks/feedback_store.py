@@ -15,6 +15,7 @@ answer recorded) that the events prove sent or failed: sinks.resolution_store.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -25,6 +26,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from sinks.offsets import Fence, PartitionOffsets, PartitionSpan, StoreUnavailable
+from sinks.pg_arrays import nullable_float_array, nullable_int_array, text_array
 from sinks.queries import query
 from sinks.resolution_store import resolve_in_doubt
 from streams.feedback_logic import FeedbackEffect, Thresholds, Window, pause_reason
@@ -55,6 +57,14 @@ class ApplyOutcome:
         )
 
 
+def uuid_key(event_id: str) -> str:
+    """The canonical text of a UUID (lower case, 8-4-4-4-12), the form PostgreSQL prints: two
+    spellings of one event id are one event."""
+    if len(event_id) == 36 and event_id == event_id.lower() and event_id[8::5][:4] == "----":
+        return event_id
+    return str(uuid.UUID(event_id))
+
+
 class FeedbackStore:
     def __init__(
         self, pool: AsyncConnectionPool, *, group_id: str, topic: str, thresholds: Thresholds
@@ -81,22 +91,31 @@ class FeedbackStore:
         return await self.offsets.transaction(spans, apply)
 
     async def _apply_effects(
-        self, conn: psycopg.AsyncConnection[Any], todo: list[FeedbackEffect]
+        self, conn: psycopg.AsyncConnection[Any], effects: list[FeedbackEffect]
     ) -> ApplyOutcome:
+        # One effect per event id, in id order (the statement's lock order): done here, the
+        # statement sorts nothing wider than the ids it inserts.
+        unique: dict[str, FeedbackEffect] = {}
+        for e in effects:
+            unique.setdefault(uuid_key(e.event_id), e)
+        todo = [unique[k] for k in sorted(unique)]
         cur = await conn.execute(
             query("apply_feedback"),
-            {
-                "event_ids": [e.event_id for e in todo],
-                "emails": [e.email for e in todo],
-                "campaign_ids": [e.campaign_id for e in todo],
-                "counters": [e.counter for e in todo],
-                "suppress": [e.suppress_reason for e in todo],
-                "sources": [e.source_event for e in todo],
-                "variants": [e.variant for e in todo],
-                "variant_counters": [e.variant_counter for e in todo],
-                "engaged": [e.engaged for e in todo],
-                "engaged_seqs": [e.engaged_seq for e in todo],
-                "engaged_at": [e.engaged_at_s for e in todo],
+            {  # array literals: psycopg's per-element dump cost more than the statement
+                "event_ids": text_array([uuid_key(e.event_id) for e in todo]),
+                "emails": text_array([e.email for e in todo]),
+                "campaign_ids": nullable_int_array([e.campaign_id for e in todo]),
+                "counters": text_array([e.counter for e in todo]),
+                "suppress": text_array([e.suppress_reason for e in todo]),
+                # the source is read for a suppression only
+                "sources": text_array(
+                    [e.source_event if e.suppress_reason else None for e in todo]
+                ),
+                "variants": text_array([e.variant for e in todo]),
+                "variant_counters": text_array([e.variant_counter for e in todo]),
+                "engaged": text_array([e.engaged for e in todo]),
+                "engaged_seqs": nullable_int_array([e.engaged_seq for e in todo]),
+                "engaged_at": nullable_float_array([e.engaged_at_s for e in todo]),
             },
         )
         row = await cur.fetchone()

@@ -25,3 +25,11 @@ def _quoted(value: str) -> str:
 
 def text_array(values: Iterable[str | None]) -> str:
     return "{" + ",".join("NULL" if v is None else _quoted(v) for v in values) + "}"
+
+
+def nullable_int_array(values: Iterable[int | None]) -> str:
+    return "{" + ",".join("NULL" if v is None else str(int(v)) for v in values) + "}"
+
+
+def nullable_float_array(values: Iterable[float | None]) -> str:
+    return "{" + ",".join("NULL" if v is None else repr(float(v)) for v in values) + "}"

@@ -20,11 +20,13 @@ through `app.offset_source` (see streams/app.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
 
 from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
@@ -98,6 +100,47 @@ async def _resume(coro: Coroutine[Any, Any, Any], yielded: Any) -> Any:
             return done.value
 
 
+# How long one fetch waits for records (seconds) when none is buffered.
+FETCH_TIMEOUT_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Consumed:
+    """One Kafka record as a batch handler reads it (the fields of a Faust message it uses;
+    `timestamp` in epoch seconds, as Faust gives it)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: float | None
+    key: bytes | None
+    value: bytes | None
+    headers: Any
+
+    @classmethod
+    def of(cls, rec: Any) -> Consumed:
+        """From an aiokafka ConsumerRecord (timestamp in milliseconds)."""
+        ts = rec.timestamp
+        return cls(
+            rec.topic,
+            rec.partition,
+            rec.offset,
+            None if ts is None else ts / 1000.0,
+            rec.key,
+            rec.value,
+            rec.headers,
+        )
+
+
+class BatchHandler(Protocol):
+    """What an app with a `batch_handler` gives its consumer: `prepare` decodes a fetch,
+    `commit` applies a prepared fetch and stores its offsets (one at a time, in order)."""
+
+    async def prepare(self, records: list[Consumed]) -> Any: ...
+
+    async def commit(self, prepared: Any) -> Any: ...
+
+
 class PgOffsetsConsumer(AIOKafkaFaustConsumer):
     async def wait_first(self, *coros: Any, timeout: Any = None) -> WaitResults:
         """Fast path for the fetch loop's per-record `wait_first(callback(message),
@@ -126,6 +169,52 @@ class PgOffsetsConsumer(AIOKafkaFaustConsumer):
             suspended.close()
             raise
         return await super().wait_first(_resume(callback, yielded), suspended)
+
+    async def _drain_messages(self, fetcher: Any) -> None:
+        """Faust's fetch loop, or, for an app with a `batch_handler`, the batch loop below."""
+        handler: BatchHandler | None = getattr(self.app, "batch_handler", None)
+        if handler is None:
+            await super()._drain_messages(fetcher)
+            return
+        await self._drain_batches(fetcher, handler)
+
+    async def _drain_batches(self, fetcher: Any, handler: BatchHandler) -> None:
+        """Each fetch goes to `handler` whole, as plain records: none of Faust's per-record
+        path (message, event, stream buffer, ack) runs. Nothing is lost by skipping it: the
+        offsets that count are the ones `handler` stores in PostgreSQL with its effects, and a
+        fetch cut short by a rebalance is read again from them after the seek (records of a
+        partition that moved meanwhile are fenced off by its owner epoch, sinks.offsets).
+
+        The next fetch is read and prepared while the previous one's commit is in flight; the
+        commits themselves run one after the other, in fetch order."""
+        inflight: asyncio.Task[Any] | None = None
+        try:
+            while not (self._stopped.is_set() or fetcher._stopped.is_set()):
+                records, active = await self._wait_next_records(FETCH_TIMEOUT_S)
+                generation = self.app.consumer_generation_id
+                if not records or self.should_stop or not self.flow_active:
+                    await asyncio.sleep(0)
+                    continue
+                batch = [
+                    Consumed.of(rec)
+                    for tp, recs in records.items()
+                    if active is None or tp in active
+                    for rec in recs
+                ]
+                if not batch or self.app.consumer_generation_id != generation:
+                    continue
+                prepared = await handler.prepare(batch)
+                if inflight is not None:
+                    # A stop meanwhile lets it finish (shielded); its failure stops the worker.
+                    await asyncio.shield(inflight)
+                inflight = asyncio.create_task(handler.commit(prepared))
+                for tp, recs in records.items():
+                    if recs:
+                        self._read_offset[tp] = recs[-1].offset
+        finally:
+            if inflight is not None and not inflight.done():
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(inflight)  # a commit under way finishes
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
         # The next seek takes a new epoch for these (an eager rebalance assigns every

@@ -22,7 +22,7 @@ import faust
 from faust.types import TP
 from psycopg_pool import AsyncConnectionPool
 
-from flashsend import deliverability, health, metrics_state
+from flashsend import deliverability, health, metrics, metrics_state
 from flashsend.logs import logging_config
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
@@ -31,13 +31,14 @@ from schemas import serde
 from sinks.feedback_store import FeedbackStore
 from sinks.offsets import Assignment, StoreUnavailable
 from streams import faust_offsets
-from streams.feedback_ingest import FeedbackIngest
+from streams.feedback_ingest import FeedbackIngest, Prepared
 from streams.feedback_lag import REPORT_EVERY_S
 
 log = logging.getLogger("flashsend.feedback.app")
 
-TAKE_MAX = 500
-TAKE_WITHIN_S = 0.05  # small: buffered events are unacked and would stall rebalances
+# Records of one fetch, one transaction: large enough that a batch's fixed costs (the
+# transaction, the statements' plans, the offset fence) are a small part of each event's.
+MAX_POLL_RECORDS = 8000
 PURGE_EVERY_S = 3600.0
 
 
@@ -140,6 +141,7 @@ class FeedbackApp(faust.App):  # type: ignore[misc,unused-ignore]
     runtime: FeedbackRuntime
     offset_source: Any
     managed_topics: set[str]
+    batch_handler: Any
 
 
 def create_feedback_app(settings: Settings) -> FeedbackApp:
@@ -152,6 +154,7 @@ def create_feedback_app(settings: Settings) -> FeedbackApp:
             settings.order_events_partitions,
             broker_commit_every=1000,
             producer_linger_ms=5,
+            broker_max_poll_records=MAX_POLL_RECORDS,
         ),
     )
     runtime = FeedbackRuntime(settings)
@@ -167,12 +170,41 @@ def create_feedback_app(settings: Settings) -> FeedbackApp:
         internal=False,
     )
 
+    class OnBatch:
+        """The consumer's batch handler: the ingest's two stages; a failure stops the
+        worker, as consume_batches does (the stored offsets make the restart exact)."""
+
+        async def prepare(self, records: list[faust_offsets.Consumed]) -> Any:
+            ingest = await runtime.ensure_started()
+            try:
+                return await ingest.prepare(records)
+            except Exception:
+                self.crash()
+                raise
+
+        async def commit(self, prepared: Prepared | None) -> None:
+            if prepared is None:
+                return
+            assert runtime.ingest is not None
+            try:
+                await runtime.ingest.commit(prepared)
+            except Exception:
+                self.crash()
+                raise
+            metrics.count_ingested(settings.topic_mail_events, len(prepared.records))
+
+        def crash(self) -> None:
+            log.exception("feedback batch failed; stopping the worker")
+            app._crash(RuntimeError("feedback batch failed"))
+
+    # Whole fetches go to the handler (faust_offsets.PgOffsetsConsumer._drain_batches); the
+    # agent only subscribes the topic and starts the runtime.
+    app.batch_handler = OnBatch()
+
     @app.agent(mail_events, name="feedback")
     async def feedback(stream: faust.StreamT[bytes]) -> AsyncIterator[None]:
-        ingest = await runtime.ensure_started()
-        async for _ in faust_offsets.consume_batches(
-            app, stream, ingest.handle, "feedback", take_max=TAKE_MAX, within=TAKE_WITHIN_S
-        ):
+        await runtime.ensure_started()
+        async for _ in stream:  # never fed: the batch loop takes every record
             yield None
 
     @app.timer(REPORT_EVERY_S)  # type: ignore[untyped-decorator]

@@ -75,6 +75,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "CPU and the machine's other load; the top-level events_per_s is the faster path's "
         "(best_path); then the feedback agent's rate and the complaint → pause delay.",
         epilog="examples:\n  flashsend feedback bench --json\n"
+        "  flashsend feedback bench --agent-only --events 100000 --json\n"
         "  flashsend feedback bench --events 5000 --processes 1 --ingest-only\n"
         "  flashsend feedback bench --events 10000 --pullers 16 --ingest-only --json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -104,6 +105,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--ingest-only",
         action="store_true",
         help="measure the ingest path only (no feedback worker, no pause delays)",
+    )
+    p.add_argument(
+        "--agent-only",
+        action="store_true",
+        help="measure the feedback agent alone: a backlog of --events records of one sending "
+        "campaign produced straight onto mail.events (no webhook), then one feedback worker; "
+        "events/s and CPU µs per event from its first stored offset to the last "
+        "(flashsend/lab/feedback_agent_bench.py)",
     )
     p.add_argument(
         "--no-sqs", action="store_true", help="skip the SQS path (SQS → `flashsend events pull`)"
@@ -230,6 +239,11 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from flashsend.lab.feedback_bench import BenchOptions, run_bench
+
+    if args.agent_only:
+        from flashsend.lab.feedback_agent_bench import run_agent_bench
+
+        return run_and_print(args, lambda log: run_agent_bench(load_settings(), args.events, log))
 
     options = BenchOptions(
         events=args.events,

@@ -2,20 +2,20 @@
 
 -- name: apply_feedback
 -- One batch of feedback events, one statement, in the transaction that also advances the
--- fenced offsets. Only events never seen before have effects (feedback_seen: SNS delivers at
+-- fenced offsets. The caller sends one row per event id, in id order. Only events never seen
+-- before have effects (feedback_seen: SNS delivers at
 -- least once), so counters stay exact and a redelivered bounce changes nothing. Suppressions
 -- are ON CONFLICT DO NOTHING (the first reason stays). Counter rows are upserted in campaign id
 -- order and suppressions in address order, so two workers never lock in opposite orders.
 -- Events tagged with a campaign this database does not know count nowhere.
 WITH ev AS (
-    SELECT DISTINCT ON (event_id) *
+    SELECT *
       FROM unnest(%(event_ids)s::uuid[], %(emails)s::text[], %(campaign_ids)s::bigint[],
                   %(counters)s::text[], %(suppress)s::text[], %(sources)s::text[],
                   %(variants)s::text[], %(variant_counters)s::text[], %(engaged)s::text[],
                   %(engaged_seqs)s::int[], %(engaged_at)s::float8[])
            AS e(event_id, email, campaign_id, counter, suppress, source, variant, variant_counter,
                 engaged, engaged_seq, engaged_at)
-     ORDER BY event_id
 ), fresh AS (
     INSERT INTO feedback_seen (event_id)
     SELECT event_id FROM ev ORDER BY event_id

@@ -209,6 +209,37 @@ def test_each_event_does_what_it_must_exactly_once(feed: Feed, settings: Setting
     assert feed.apply(records[:2]).fenced == 2
 
 
+def test_one_event_twice_in_one_batch_counts_once(feed: Feed, settings: Settings) -> None:
+    """SNS delivered one event twice within a batch, once with its id in upper case."""
+    ensure_mail_topics(settings)
+    cid = campaign(settings, status="done")
+    first = feed.ses("Delivery", "twice@x.test", cid)
+    message_id = f"ses-{uuid.uuid4()}"
+    bounce_id = event_id(message_id, "Bounce", "hard@x.test")
+    bounce, bounce_upper = (
+        feed.ses(
+            "Bounce",
+            "hard@x.test",
+            cid,
+            bounce_type="Permanent",
+            ses_message_id=message_id,
+            event_id=spelling,
+        )
+        for spelling in (bounce_id, bounce_id.upper())
+    )
+    again = Rec(first.topic, 0, feed.offset + 1, first.key, first.value, first.headers)
+    feed.offset += 1
+    outcome = feed.apply([first, bounce, again, bounce_upper])
+    assert outcome.fresh == 2
+    assert counters(settings, cid) == {
+        "delivered": 1,
+        "bounced": 1,
+        "soft_bounced": 0,
+        "complained": 0,
+        "unsubscribed": 0,
+    }
+
+
 def test_complaint_rate_pauses_after_the_minimum_sample_then_judges_new_mail(
     feed: Feed, settings: Settings
 ) -> None:

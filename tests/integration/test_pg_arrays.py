@@ -7,7 +7,7 @@ import random
 import psycopg
 
 from flashsend.settings import Settings
-from sinks.pg_arrays import int_array, text_array
+from sinks.pg_arrays import int_array, nullable_float_array, nullable_int_array, text_array
 
 NASTY = [
     "",
@@ -46,3 +46,20 @@ def test_text_and_int_arrays_round_trip(settings: Settings) -> None:
     assert got_texts == texts
     assert got_ints == ints
     assert got_bigints == [2**62, -(2**62)]
+
+
+def test_nullable_number_arrays_round_trip(settings: Settings) -> None:
+    ints = [None, 0, -1, 2**31 - 1, None, 7]
+    floats = [None, 0.0, 1765.123456789, -2.5, 1e-7, 1.7e9 + 0.001, None]
+    with psycopg.connect(settings.pg_dsn) as conn:
+        got_ints, got_bigints, got_floats = conn.execute(
+            "SELECT %s::int[], %s::bigint[], %s::float8[]",
+            (
+                nullable_int_array(ints),
+                nullable_int_array([None, 2**62]),
+                nullable_float_array(floats),
+            ),
+        ).fetchone() or (None, None, None)
+    assert got_ints == ints
+    assert got_bigints == [None, 2**62]
+    assert got_floats == floats
