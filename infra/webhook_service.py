@@ -13,20 +13,15 @@ is then for the SMS configuration set only, so no SES event reaches the webhook 
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import urllib.request
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from flashsend import deliverability
-from flashsend.errors import FlashsendError
-from flashsend.settings import Settings, settings_env
+from flashsend.settings import Settings
 from infra.aws_plan import SMS_EVENT_TYPES
+from infra.command_service import CommandService
 from infra.errors import StackError
-from infra.process import ManagedProcess, port_open, require_free_port, wait_until
 from sinks.sms import make_sms_client
 
 
@@ -77,60 +72,21 @@ def subscribe_local(
     return confirmed
 
 
-class WebhookService:
+class WebhookService(CommandService):
+    command = "webhook"
+    what = "the webhook"
+    port_env = "FLASHSEND_WEBHOOK_PORT"
+
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.process = ManagedProcess("webhook", settings.state_dir / "run")
+        super().__init__(settings, settings.webhook_port)
 
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.settings.webhook_port}"
-
-    def running(self) -> bool:
-        return self.process.pid() is not None
-
-    def ever_started(self) -> bool:
-        """Listed by `status-stack` once started in this state dir (a crash then shows)."""
-        return self.process.log_file.exists()
-
-    def ready(self) -> bool:
-        if not port_open(self.settings.webhook_port):
-            return False
-        try:
-            with urllib.request.urlopen(self.endpoint + "/health", timeout=2) as response:
-                return bool(json.loads(response.read()).get("ok"))
-        except (OSError, ValueError):
-            return False
-
-    def start(self, *, timeout: float = 60.0) -> float:
-        if self.running():
-            return 0.0
+    def after_ready(self) -> None:
         s = self.settings
-        require_free_port(s.webhook_port, "the webhook", "FLASHSEND_WEBHOOK_PORT")
-        self.process.start(
-            [sys.executable, "-m", "flashsend.cli", "webhook", "--port", str(s.webhook_port)],
-            env={**os.environ, **settings_env(s), "PYTHONUNBUFFERED": "1"},
-        )
-        try:
-            waited = wait_until(
-                self.ready,
-                timeout=timeout,
-                what="webhook",
-                alive=self.running,
-                log=self.process.log_file,
-            )
-            if s.ses_endpoint_url and "ses" in s.local_services:
-                firehose = s.events_ingest == "firehose"
-                if firehose:
-                    from infra.aws_apply import ensure_local_firehose
+        if s.ses_endpoint_url and "ses" in s.local_services:
+            firehose = s.events_ingest == "firehose"
+            if firehose:
+                from infra.aws_apply import ensure_local_firehose
 
-                    ensure_local_firehose(s)
-                if s.sms_configuration_set or not firehose:
-                    subscribe_local(s, ses_events=not firehose)
-            return waited
-        except FlashsendError:  # StackError, or the Firehose set-up's UsageError
-            self.process.stop()
-            raise
-
-    def stop(self) -> bool:
-        return self.process.stop()
+                ensure_local_firehose(s)
+            if s.sms_configuration_set or not firehose:
+                subscribe_local(s, ses_events=not firehose)
