@@ -62,7 +62,7 @@ class Reconciler:
     def __init__(self, settings: Settings, clock: Callable[[], datetime] = utc_now) -> None:
         self.settings = settings
         self.clock = clock  # when the A/B wait ends and schedule slots come due
-        self._expired_at: dict[int, float] = {}
+        self._scanned: set[int] = set()  # campaigns this reconciler has scanned once
         self._watermarks: Consumer | None = None
         self._codec = serde.codec(settings, "campaign_recipient")
         self._producer = Producer(
@@ -150,16 +150,19 @@ class Reconciler:
         row = conn.execute(query("pending_count"), {"campaign_id": campaign_id}).fetchone()
         return (int(row[0]), int(row[1]), int(row[2]), int(row[3])) if row else (0, 0, 0, 0)
 
-    def _expiry_due(self, campaign_id: int, lease: float) -> bool:
-        """Expiring leases scans the campaign's rows, so a long-lived reconciler (the workers'
-        timer) does it at most every quarter lease: a row is declared unknown between 1 and
-        1.25 leases after its claim. A fresh reconciler (the CLI) always does it."""
-        now = time.monotonic()
-        last = self._expired_at.get(campaign_id)
-        if last is not None and now - last < lease / 4:
-            return False
-        self._expired_at[campaign_id] = now
-        return True
+    def _expiry_due(self, conn: psycopg.Connection[Any], campaign_id: int, lease: float) -> bool:
+        """Expiring leases scans the campaign's rows, so the workers' reconcilers take turns:
+        one scan per campaign every quarter lease, whichever worker's tick comes first
+        (`claim_lease_check`), so a row is declared unknown between 1 and 1.25 leases after
+        its claim however many workers run. A fresh reconciler (the CLI, a worker's first
+        tick) always scans."""
+        turn = conn.execute(
+            query("claim_lease_check"), {"campaign_id": campaign_id, "every_s": lease / 4}
+        ).fetchone()
+        if campaign_id not in self._scanned:
+            self._scanned.add(campaign_id)
+            return True
+        return turn is not None
 
     def reconcile(
         self, campaign_id: int, *, lease_s: float | None = None, wait: bool = False
@@ -199,7 +202,7 @@ class Reconciler:
             # A lane may have released rows as pending just after the cancel ran.
             CampaignStore(conn).cancel_pending(campaign_id)  # retried on deadlock
         expired = 0
-        if sending and self._expiry_due(campaign_id, lease):
+        if sending and self._expiry_due(conn, campaign_id, lease):
             expired = conn.execute(query("expire_leases"), {**params, "lease_s": lease}).rowcount
         requeued = orphans = 0
         winner: str | None = None

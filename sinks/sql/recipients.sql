@@ -299,3 +299,13 @@ SELECT coalesce(sum(n) FILTER (WHERE status = 'pending'), 0)::bigint AS pending,
 
 -- name: stored_offsets
 SELECT partition, next_offset FROM kafka_offsets WHERE group_id = %(group_id)s AND topic = %(topic)s;
+
+-- name: claim_lease_check
+-- The turn to run expire_leases on a campaign: one reconciler per `every_s`, whichever worker's
+-- tick comes first. The conditional UPDATE is the compare-and-set: two ticks at once serialise
+-- on the campaign row and the second finds the timestamp fresh.
+UPDATE campaigns SET leases_checked_at = now()
+ WHERE id = %(campaign_id)s
+   AND (leases_checked_at IS NULL
+        OR leases_checked_at < now() - make_interval(secs => %(every_s)s))
+RETURNING id;
