@@ -39,6 +39,7 @@ log = logging.getLogger("flashsend.feedback.app")
 # Records of one fetch, one transaction: large enough that a batch's fixed costs (the
 # transaction, the statements' plans, the offset fence) are a small part of each event's.
 MAX_POLL_RECORDS = 8000
+FAUST_STALL_CHECKS_OFF_S = 10 * 365 * 86400.0
 PURGE_EVERY_S = 3600.0
 
 
@@ -155,6 +156,10 @@ def create_feedback_app(settings: Settings) -> FeedbackApp:
             broker_commit_every=1000,
             producer_linger_ms=5,
             broker_max_poll_records=MAX_POLL_RECORDS,
+            # The records never pass through Faust's stream or its acks (the batch loop):
+            # Faust's stall checks would log a working agent as stuck every few minutes. Its
+            # health is the lag it reports (streams/feedback_lag.py).
+            stream_processing_timeout=FAUST_STALL_CHECKS_OFF_S,
         ),
     )
     runtime = FeedbackRuntime(settings)
