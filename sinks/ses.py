@@ -280,15 +280,7 @@ class SesSender:
         return {k: float(v) for k, v in quota.items()}
 
     def template_exists(self, name: str) -> bool:
-        try:
-            self._client.get_email_template(TemplateName=name)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "NotFoundException":
-                return False
-            raise _translate(exc) from exc
-        except Exception as exc:
-            raise _translate(exc) from exc
-        return True
+        return self.get_template(name) is not None
 
     def get_template(self, name: str) -> dict[str, str] | None:
         """The template's subject, html and text, or None when SES has none of that name."""
