@@ -18,7 +18,7 @@ from tests.integration.api_helpers import audit_rows, campaign_status, serve
 from tests.integration.campaign_helpers import put_template, stats, statuses, wait_finished
 
 KEYS = 4
-REQUESTS = 120
+REQUESTS = 200
 
 
 def test_concurrent_pause_and_resume_end_in_the_last_audited_state(settings: Settings) -> None:
