@@ -13,5 +13,5 @@ class ApiService(CommandService):
     health_path = "/healthz"
     port_env = "FLASHSEND_API_PORT"
 
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings, settings.api_port)
+    def __init__(self, settings: Settings, name: str = "") -> None:
+        super().__init__(settings, settings.api_port, name)

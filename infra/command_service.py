@@ -22,10 +22,12 @@ class CommandService:
     health_path = "/health"
     port_env = ""  # the setting that moves it: FLASHSEND_…_PORT
 
-    def __init__(self, settings: Settings, port: int) -> None:
+    def __init__(self, settings: Settings, port: int, name: str = "") -> None:
+        """`name`: its pid and log files' name (default: the command), so a second instance
+        beside the stack's (a benchmark's) is a process of its own."""
         self.settings = settings
         self.port = port
-        self.process = ManagedProcess(self.command, settings.state_dir / "run")
+        self.process = ManagedProcess(name or self.command, settings.state_dir / "run")
 
     @property
     def endpoint(self) -> str:

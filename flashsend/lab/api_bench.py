@@ -118,7 +118,10 @@ def run_api_bench(
     started = StartedCampaigns(settings)
     suffix = uuid.uuid4().hex[:8]
     actor = Actor(f"cli:api-bench-{suffix}")
-    service = ApiService(settings.model_copy(update={"api_port": free_port()}))
+    # Its own API process (its CPU is measured), beside the one `flashsend up` runs.
+    service = ApiService(
+        settings.model_copy(update={"api_port": free_port()}), name=f"api-bench-{suffix}"
+    )
     pool = WorkerPool(settings, settings.state_dir / f"logs-api-bench-{suffix}")
     ses = SesStandinAdmin(settings.ses_endpoint_url or "")
     failure: BaseException | None = None
