@@ -12,7 +12,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -282,16 +282,24 @@ class SesSender:
     def template_exists(self, name: str) -> bool:
         return self.get_template(name) is not None
 
-    def get_template(self, name: str) -> dict[str, str] | None:
-        """The template's subject, html and text, or None when SES has none of that name."""
+    def _unless_missing(self, call: Callable[[], Any]) -> Any | None:
+        """`call()`'s answer, or None when SES says the template is not there; any other
+        failure is translated (SesCallFailed)."""
         try:
-            content = self._client.get_email_template(TemplateName=name)["TemplateContent"]
+            return call()
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == "NotFoundException":
                 return None
             raise _translate(exc) from exc
         except Exception as exc:
             raise _translate(exc) from exc
+
+    def get_template(self, name: str) -> dict[str, str] | None:
+        """The template's subject, html and text, or None when SES has none of that name."""
+        answer = self._unless_missing(lambda: self._client.get_email_template(TemplateName=name))
+        if answer is None:
+            return None
+        content = answer["TemplateContent"]
         return {
             "name": name,
             "subject": str(content.get("Subject", "")),
@@ -302,17 +310,12 @@ class SesSender:
     def render_template(self, name: str, data: dict[str, Any]) -> str | None:
         """SES's own rendering of `name` with `data` (TestRenderEmailTemplate), as MIME text;
         None when SES has no template of that name."""
-        try:
-            answer = self._client.test_render_email_template(
+        answer = self._unless_missing(
+            lambda: self._client.test_render_email_template(
                 TemplateName=name, TemplateData=json.dumps(data)
             )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "NotFoundException":
-                return None
-            raise _translate(exc) from exc
-        except Exception as exc:
-            raise _translate(exc) from exc
-        return str(answer["RenderedTemplate"])
+        )
+        return None if answer is None else str(answer["RenderedTemplate"])
 
     def list_templates(self, limit: int = 100) -> list[dict[str, str]]:
         """Template names and creation times, every page up to `limit`."""

@@ -121,7 +121,7 @@ def cmd_openapi(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from flashsend.cli.lab_result import progress_log
+    from flashsend.cli.lab_result import print_result, progress_log
     from flashsend.lab.api_bench import ApiBenchOptions, run_api_bench
     from flashsend.lab.run import sigterm_interrupts
 
@@ -135,11 +135,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     with sigterm_interrupts():
         result = run_api_bench(load_settings(), options, progress_log(args))
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"  {key:<32} {value}")
+    print_result(args, result, 32)
     return 1 if "error" in result else 0
 
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from flashsend.cli.lab_result import progress_log
+from flashsend.cli.lab_result import print_result, progress_log
 from flashsend.settings import load_settings
 
 DESCRIPTION = """\
@@ -156,9 +155,5 @@ def cmd_bench(args: argparse.Namespace) -> int:
             ),
             progress_log(args),
         )
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"  {key:<24} {value}")
+    print_result(args, result, 24)
     return 1 if "error" in result else 0

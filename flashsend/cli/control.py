@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 from flashsend.cli.campaign import format_limit, format_slots, format_variants
-from flashsend.cli.lab_result import progress_log
+from flashsend.cli.lab_result import print_result, progress_log
 from flashsend.errors import UsageError
 from flashsend.settings import load_settings
 from sinks.campaign_views import report_view
@@ -315,9 +315,5 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     )
     with sigterm_interrupts():
         result = run_chaos(load_settings(), options, progress_log(args))
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"  {key:<20} {value}")
+    print_result(args, result, 20)
     return 0 if result.get("invariants_ok") else 1

@@ -26,6 +26,15 @@ def progress_log(args: argparse.Namespace) -> Log:
     return _to_stderr if args.json else print
 
 
+def print_result(args: argparse.Namespace, result: dict[str, Any], width: int) -> None:
+    """The result as one JSON line with `--json`, else a `key value` line each."""
+    if args.json:
+        print(json.dumps(result))
+        return
+    for key, value in result.items():
+        print(f"  {key:<{width}} {value}")
+
+
 def run_and_print(
     args: argparse.Namespace,
     run: Callable[[Log], dict[str, Any]],
