@@ -190,22 +190,6 @@ def test_worker_restart_resumes_from_postgres_offsets(settings: Settings) -> Non
     assert st.get("pending", 0) == 0
 
 
-def steady_average(settings: Settings, cid: int) -> float:
-    """Accepted per second at the stand-in over the first half of the run after its first
-    second: every partition still has rows then (later, the partitions that drew fewer users
-    finish first and the total falls while the rest finish)."""
-    buckets = [n for _, n in admin(settings).rate(str(cid), bucket_ms=1000)]
-    steady = buckets[1 : len(buckets) // 2 + 1]
-    assert len(steady) >= 3, buckets
-    return sum(steady) / len(steady)
-
-
-def whole_run_average(settings: Settings, cid: int) -> float:
-    """Accepted per second at the stand-in from its first accepted entry to its last."""
-    points = [(t, n) for t, n in admin(settings).rate(str(cid), bucket_ms=1) if n > 0]
-    return sum(n for _, n in points) / (points[-1][0] - points[0][0])
-
-
 @pytest.mark.parametrize(
     ("rate", "workers", "join_at"),
     [(777, 2, None), (2222, 2, 2.0), (3120, 3, None), (23, 1, None)],
@@ -240,14 +224,6 @@ def test_limiter_holds_in_every_second_at_awkward_rates(
         ).fetchone()
     assert weights is not None and len(weights[0]) == settings.partitions
     assert sum(weights[0]) == s["accepted"]  # every produced recipient was sent once
-    if join_at is None:
-        # Far from the limit means a pacer that wastes its budget. Not a speed figure (the
-        # machine may be shared): `flashsend bench` reports the sweep's average ratios.
-        assert steady_average(settings, cid) >= 0.6 * rate, s
-    if rate < 100:
-        # Shares of 1 and 2/s over 12 partitions: the partitions finish together only if the
-        # extra recipient moves between them (streams.share_plan).
-        assert whole_run_average(settings, cid) >= 0.88 * rate, s
 
 
 def test_start_refuses_missing_template_and_excess_rate(settings: Settings) -> None:

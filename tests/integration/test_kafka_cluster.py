@@ -201,11 +201,11 @@ def test_campaigns_start_and_send_while_the_busiest_leader_is_down(
         pid = victim.process.pid()
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
-        killed_at = time.monotonic()
+        deadline = time.monotonic() + 60
         second = new_campaign(s, rate=0, name="during the outage")
         start_campaign(s, second)  # produced with acks=all: 2 in-sync replicas suffice
         while statuses(s, second).get("sent", 0) < 1_000:
-            assert time.monotonic() - killed_at < 60, statuses(s, second)
+            assert time.monotonic() < deadline, statuses(s, second)
             time.sleep(0.1)
         assert victim.process.pid() is None  # still down: the cluster did it without it
         victim.start(timeout=120)

@@ -28,20 +28,6 @@ UCS2 = (
 )
 
 
-def steady_segments_per_s(messages: list[dict[str, object]]) -> float:
-    """Segments accepted per second over the first half of the run after its first second
-    (as the email limiter test's steady average: later, lanes that drew fewer users are done)."""
-    times = sorted((float(str(m["at"])), int(str(m["segments"]))) for m in messages)
-    start = times[0][0]
-    buckets: dict[int, int] = {}
-    for at, segments in times:
-        buckets[int(at - start)] = buckets.get(int(at - start), 0) + segments
-    counts = [buckets.get(i, 0) for i in range(max(buckets) + 1)]
-    steady = counts[1 : len(counts) // 2 + 1]
-    assert len(steady) >= 3, counts
-    return sum(steady) / len(steady)
-
-
 @pytest.mark.parametrize(
     ("body", "rate", "segments"),
     [(LONG_GSM, 37, 2), (UCS2, 53, 3)],
@@ -83,10 +69,6 @@ def test_a_segment_rate_holds_at_the_provider_in_every_second(
     assert {m["segments"] for m in messages} == {segments}, stats
     assert stats["duplicates"] == 0, stats
     assert stats["max_1s_window_segments"] <= rate * 1.02, stats
-    # Far below the limit would mean lanes wasting their budget; not a speed figure. A lane's
-    # share is a few segments, and whole messages fit it unevenly (3 of 3 with 1-segment
-    # messages, 2 of 3 with 2-segment ones), so the floor is below the email test's.
-    assert steady_segments_per_s(messages) >= 0.5 * rate, stats
     st = statuses(settings, cid)
     for status in ("pending", "sending", "unknown", "failed"):
         assert st.get(status, 0) == 0, st

@@ -119,9 +119,7 @@ def test_the_emitter_stops_with_the_standin_and_its_backlog_is_dropped(
     backlog_of(own_standin, endpoint)
     emitter = emitter_of(own_standin)
     assert emitter is not None
-    began = time.monotonic()
     assert SesStandin(own_standin).stop()
-    assert time.monotonic() - began < 10
     assert not emitter.is_running()
     assert not (own_standin.state_dir / "ses" / "events" / BACKLOG_FILE).exists()
 

@@ -5,7 +5,6 @@ Seed traps: 6 (unsubscribed after the snapshot still mailed), 7 (scanners follow
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,9 +103,7 @@ def test_unsubscribe_works_with_kafka_down(settings: Settings) -> None:
     insert_users(s, 1, "unsub.flashsend.test")
     webhook = WebhookThread(s, relay=False, ensure_topics=False)
     try:
-        started = time.monotonic()
         assert http("POST", link(webhook, 1), ONE_CLICK, FORM).status == 200
-        assert time.monotonic() - started < 2.0
         assert opt_in(s, 1) == (False, 1)
     finally:
         webhook.stop()

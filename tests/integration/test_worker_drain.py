@@ -47,14 +47,11 @@ def test_sigterm_drains_calls_in_flight_and_leaves_nothing_in_doubt(settings: Se
             assert time.monotonic() < deadline, statuses(settings, cid)
             time.sleep(0.05)
         [worker] = pool.alive()
-        stopped_at = time.monotonic()
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)
-        took = time.monotonic() - stopped_at
 
         in_call, claimed = held_rows(settings, cid)
         assert (in_call, claimed) == (0, 0), statuses(settings, cid)
-        assert took < 20, f"the worker took {took:.1f}s to stop (grace 20 s)"
         assert "worker_stopped" in _reasons(settings, cid)
 
         admin(settings).set_faults(latency_ms=0)
