@@ -210,6 +210,7 @@ MAIN_KEYS = (
     "end_to_end_s",
     "end_to_end_rate_per_s",
     "status_query_ms",
+    "feedback_gate",
     "cpu_us_per_recipient",
     "cpu_us_per_recipient_product",
     "cpu_us_per_recipient_by_component",

@@ -20,7 +20,7 @@ import psutil
 import psycopg
 
 from flashsend.lab import pg_statements
-from flashsend.lab.bench_figures import summary
+from flashsend.lab.bench_figures import gate_share, summary
 from flashsend.lab.demo import ensure_users, standin_stats
 from flashsend.lab.run import StartedCampaigns
 from flashsend.lab.workers import WorkerPool
@@ -28,6 +28,7 @@ from flashsend.settings import Settings
 from producers.campaign import start_campaign
 from producers.campaign_ops import create_campaign
 from sinks.campaign_store import CampaignStore, Progress
+from streams.feedback_lag import REPORT_FRESH_S, FeedbackGate
 
 # Progress is read from trigger-kept counters (a few hundred rows whatever the campaign's
 # size), so polling it often costs nothing measurable.
@@ -120,12 +121,16 @@ def audience_of(settings: Settings, recipients: int) -> str:
 
 class StatusSampler:
     """Times `campaign status`'s query (CampaignStore.progress) every STATUS_SAMPLE_S while
-    the campaign sends; a sample counts only if the campaign was still sending."""
+    the campaign sends; a sample counts only if the campaign was still sending. At each
+    sample it also reads the feedback agent's lag as the workers do (the same statement,
+    the same FeedbackGate rule, at their poll interval): whether their gate is closed."""
 
     def __init__(self, settings: Settings, campaign_id: int) -> None:
         self.settings = settings
         self.campaign_id = campaign_id
         self.samples_ms: list[float] = []
+        self.gate_samples: list[tuple[float, bool]] = []
+        self._gate = FeedbackGate(settings.feedback_max_lag_s)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="status-sampler", daemon=True)
 
@@ -151,6 +156,8 @@ class StatusSampler:
                     return
                 if p["status"] == "sending" and p["sent"] > 0:
                     self.samples_ms.append(elapsed_ms)
+                    lag = store.feedback_lag(REPORT_FRESH_S)
+                    self.gate_samples.append((time.monotonic(), self._gate.update(lag)))
                 self._stop.wait(STATUS_SAMPLE_S)
 
 
@@ -234,6 +241,7 @@ def run_campaign(
     }
     if sample_status:
         result["status_query_ms"] = summary(sampler.samples_ms, listed=False)
+        result["feedback_gate"] = gate_share(sampler.gate_samples).as_dict()
     if statements:
         top = pg_statements.top(settings.pg_dsn, p["sent"]) if counting else None
         result["pg_statements"] = top

@@ -6,6 +6,7 @@ measurement cannot be made (too short a run, no sample) the figure is None, neve
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -71,6 +72,32 @@ def steady_state(series: Sequence[tuple[float, int]], trim_s: float = STEADY_TRI
     start, end = first + trim_s, last - trim_s
     inside = sum(n for t, n in points if start <= t < end)
     return Steady(inside, end - start, first, last)
+
+
+@dataclass(frozen=True)
+class GateShare:
+    closed_s: float
+    sampled_s: float
+
+    @property
+    def share(self) -> float | None:
+        return self.closed_s / self.sampled_s if self.sampled_s > 0 else None
+
+    def as_dict(self) -> dict[str, float | None]:
+        share = self.share
+        return {
+            "closed_s": round(self.closed_s, 2),
+            "sampled_s": round(self.sampled_s, 2),
+            "closed_share": None if share is None else round(share, 4),
+        }
+
+
+def gate_share(samples: Sequence[tuple[float, bool]]) -> GateShare:
+    """How long the feedback gate was closed, from (time, closed) samples in time order: each
+    sample's state holds until the next sample; the last sample ends the span."""
+    closed = sum(b[0] - a[0] for a, b in itertools.pairwise(samples) if a[1])
+    span = samples[-1][0] - samples[0][0] if samples else 0.0
+    return GateShare(closed, span)
 
 
 def limiter_figures(

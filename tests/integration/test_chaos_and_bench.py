@@ -178,6 +178,8 @@ def test_bench_short_run_produces_every_figure(settings: Settings, tmp_path: Pat
 
     status = result["status_query_ms"]
     assert status["samples"] >= 1 and 0 < status["median"] <= status["max"], status
+    gate = result["feedback_gate"]  # read beside the status query, while the campaign sends
+    assert 0 <= gate["closed_s"] <= gate["sampled_s"] and gate["closed_share"] is not None, gate
 
     # The cost model's per-statement rows: the claim is among the statements that cost most.
     statements = result["pg_statements"]
@@ -189,7 +191,7 @@ def test_bench_short_run_produces_every_figure(settings: Settings, tmp_path: Pat
     assert result["events_not_applied"] == 0, result
     assert result["events_dropped_at_standin"] == 0, result
     assert 0 <= result["events_lag_p50_s"] <= result["events_lag_p99_s"], result
-    assert result["events_lag_p99_s"] <= result["events_lag_max_s"] < 60, result
+    assert result["events_lag_p99_s"] <= result["events_lag_max_s"], result
     assert result["events_backlog_at_start"] >= 0, result
 
     by_component = result["cpu_us_per_recipient_by_component"]
@@ -200,10 +202,10 @@ def test_bench_short_run_produces_every_figure(settings: Settings, tmp_path: Pat
     assert abs(result["cpu_us_per_recipient_product"] - without_standin) <= 0.2  # rounding
 
     reference = result["machine_reference_ms"]
-    assert 0 < reference["start"] < 10_000 and 0 < reference["end"] < 10_000
+    assert reference["start"] > 0 and reference["end"] > 0
     assert all(Path(f).exists() for f in result["files"])
     stall = result["partition_stall"]
-    assert 0 <= stall["max_s"] < 60 and stall["partition"] in range(settings.partitions)
+    assert stall["max_s"] >= 0 and stall["partition"] in range(settings.partitions)
     assert _live_campaigns(settings) == []
 
 

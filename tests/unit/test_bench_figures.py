@@ -7,6 +7,7 @@ import pytest
 from flashsend.lab.bench_figures import (
     DEFAULT_SWEEP_RATES,
     clock_check,
+    gate_share,
     limiter_figures,
     parse_rates,
     pause_latency,
@@ -103,3 +104,15 @@ def test_a_long_sweep_run_asks_the_stand_in_for_coarser_buckets() -> None:
     assert series_bucket_ms(50.0) == 1
     for span_s in (50.001, 120.0, 3_600.0):  # the stand-in answers at most 100,000 buckets
         assert span_s * 1000 / series_bucket_ms(span_s) <= 50_000
+
+
+def test_gate_share_counts_each_closed_sample_until_the_next() -> None:
+    samples = [(10.0, False), (10.5, True), (11.0, True), (12.5, False), (14.0, False)]
+    share = gate_share(samples)
+    assert (share.closed_s, share.sampled_s) == (2.0, 4.0)
+    assert share.as_dict() == {"closed_s": 2.0, "sampled_s": 4.0, "closed_share": 0.5}
+
+
+def test_gate_share_without_a_span_is_none_not_zero() -> None:
+    assert gate_share([]).share is None
+    assert gate_share([(3.0, True)]).as_dict()["closed_share"] is None
