@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-unit lint typecheck up down clean
+.PHONY: setup demo test test-unit lint typecheck up down clean docs
 
 $(STAMP): pyproject.toml requirements.lock
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "flashsend needs Python >= 3.11: install it and re-run make")'
@@ -42,3 +42,6 @@ down: $(STAMP)
 
 clean: down
 	rm -rf .flashsend/run .flashsend/kafka .flashsend/postgres .flashsend/ses
+
+docs: $(STAMP)
+	$(BIN)/flashsend docs cli

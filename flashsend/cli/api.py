@@ -72,7 +72,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c = bsub.add_parser(
         "add",
         help="register NAME = an SQL condition over users u",
-        description="Example: flashsend audience add vip --where \"u.status = 'active' AND "
+        description='An API request names an audience ("audience": "vip"); it never '
+        "sends SQL. Example: flashsend audience add vip --where \"u.status = 'active' AND "
         'u.marketing_opt_in AND u.id % 10 = 0"',
     )
     c.add_argument("name")
@@ -85,7 +86,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c = sub.add_parser(
         "audit",
         help="who changed what: API keys and command line users, newest first",
-        description="Example: flashsend audit --campaign 42",
+        description="Every state-changing command and API request is written with the "
+        "change: who (the API key's name or cli:<user>), the state before and after, the "
+        "request id and the source. Example: flashsend audit --campaign 42",
     )
     c.add_argument("--campaign", type=int, default=None)
     c.add_argument("--limit", type=int, default=100)

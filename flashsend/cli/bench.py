@@ -20,8 +20,15 @@ Key figures: limiter_sweep / limiter_worst_ratio (busiest sliding second at the 
 / limit), pause_latency_ms (pause command returned -> last entry SES accepted), status_query_ms
 (timed while the main campaign sends), end_to_end_rate_per_s, cpu_us_per_recipient_product
 (the stand-in's CPU apart; the webhook and the feedback worker in), events_lag_p99_s (an SES
-event's POST to its row in PostgreSQL, while the main campaign sends at full speed).
-docs/performance.md explains each.
+event's POST to its row in PostgreSQL, while the main campaign sends at full speed),
+events_dropped_at_standin (events the stand-in gave up on: at full speed on two cores its
+emitter falls behind), events_backlog_at_start (events the feedback agent had to apply first),
+machine_reference_ms (CPU time of a fixed workload at start, while sending and at the end: this
+machine's speed drifts, so compare runs whose references agree). docs/performance.md explains
+each.
+
+Each 1M run adds ~0.6 GB to the SES stand-in's journal, which it replays at start (`flashsend
+up` waits longer); `curl -X POST http://127.0.0.1:14566/_admin/reset` empties it.
 
 Examples:
   flashsend bench --json                                    # the full 1M run

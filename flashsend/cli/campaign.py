@@ -292,7 +292,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Counts per status from trigger-kept counters, and what the snapshot "
         "skipped (duplicate and invalid addresses; `campaign report` lists every reason). "
         "A campaign with a promo pool also shows its codes issued and left (counted over the "
-        "pool's partial indexes). "
+        "pool's partial indexes). With a ramp: its step, the rate now and the next change "
+        "(`ramp` in --json). While a sending campaign waits for a lagging feedback agent: the "
+        "line 'waiting for the feedback agent: N s behind' (`feedback_lag_s` in --json; null "
+        "when no agent reports). A scheduled campaign lists its slots, a seed hold its seeds. "
         "Example: flashsend campaign status 42 --watch",
     )
     p.add_argument("id", type=int, help="campaign id")
@@ -300,12 +303,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--watch", action="store_true", help="refresh until the campaign is done")
     p.set_defaults(func=cmd_status)
 
-    for action, help_text in (
-        ("pause", "stop SES calls within a second"),
-        ("resume", "continue a paused campaign"),
-        ("cancel", "cancel every still-pending recipient"),
+    for action, help_text, description in (
+        (
+            "pause",
+            "stop SES calls within a second",
+            "Each worker re-checks the campaign right before every SES call, so no call starts "
+            "after the pause is committed; calls in flight finish and are recorded. Held "
+            "releases (schedule slots, a seed hold, an A/B holdout) wait for resume too.",
+        ),
+        (
+            "resume",
+            "continue a paused campaign",
+            "Produces again only the rows whose doorbell was consumed while the campaign was "
+            "paused; nobody is sent twice.",
+        ),
+        (
+            "cancel",
+            "cancel every still-pending recipient",
+            "Every pending and held row becomes cancelled; calls in flight finish and are "
+            "recorded, nothing more is sent.",
+        ),
     ):
-        p = csub.add_parser(action, help=help_text)
+        p = csub.add_parser(action, help=help_text, description=description)
         p.add_argument("id", type=int, help="campaign id")
         p.add_argument(
             "--reason", default=f"operator {action}", help="recorded on the campaign (%(default)s)"

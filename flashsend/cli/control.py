@@ -35,9 +35,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_reconcile)
 
     p = csub.add_parser(
-        "report", help="final counts per status and reason, timings, rate over time"
+        "report",
+        help="final counts per status and reason, timings, rate over time",
+        description="Also `in_doubt`: rows settled by SES events against rows still unknown, "
+        "and rows queued again by resend-unknown. Needs the campaign's rows: run it before "
+        "`campaign retire`.",
     )
-    p.add_argument("id", type=int)
+    p.add_argument("id", type=int, help="campaign id")
     p.add_argument("--bucket", type=float, default=10.0, help="seconds per rate bucket")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_report)
@@ -65,6 +69,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "resolved_before_answer, unknown_accepted_by_ses / unknown_never_accepted (rows "
             "that are or were unknown, looked up at the stand-in), unknown_accepted_unresolved "
             "(must be 0) and unknown_at_end (before the events).",
+            width=79,
+        )
+        + "\n\n"
+        + textwrap.fill(
+            "Faults combine: kills go on during restarts, the frozen worker may be killed; "
+            "docs/operations.md (Chaos runs) has each flag. The JSON: duplicates, lost, "
+            "rolling_restarts, broker_kills and broker_killed (accepted_while_down: "
+            "recipients SES accepted while the node was down), in_flight_at_kills (rows in a "
+            "call right after each kill, the freeze, a worker's own exit and the PostgreSQL "
+            "stop: the only rows a fault can leave in doubt), unknown_outside_in_flight (0 "
+            "for invariants_ok), unknown_bound, invariants_ok with invariants (each check by "
+            "name) and invariants_failed, worker_exits (why a worker died by itself), "
+            "cpu_us_per_recipient_flashsend (workers, webhook and feedback worker; not the "
+            "broker, PostgreSQL or stand-in), events_emission (what the stand-in did with the "
+            "run's events). --rolling-restart-every sends SIGTERM to each worker in turn (it "
+            "drains, a replacement starts); no SIGKILL unless --kill-every is given.",
             width=79,
         )
         + "\n\nExamples:\n"

@@ -28,7 +28,8 @@ Typical session:
   flashsend campaign status 1       progress, rate, ETA
   flashsend demo                    all of the above in one command, with a summary
 
-Settings come from FLASHSEND_* environment variables (see README.md).
+Settings come from FLASHSEND_* environment variables (docs/settings.md).
+Every command's --help: docs/cli.md.
 """
 
 
@@ -43,6 +44,7 @@ def registry() -> list[Register]:
         campaign,
         control,
         demo,
+        docs,
         events,
         feedback,
         mail,
@@ -70,6 +72,7 @@ def registry() -> list[Register]:
         resend.register,  # after control: adds `campaign resend-unknown`
         promo.register,
         api.register,  # api, api-key, audience, audit
+        lambda sub: docs.register(sub, build_parser),  # docs cli: docs/cli.md from this parser
     ]
 
 
