@@ -20,9 +20,13 @@ demo: setup
 	$(BIN)/flashsend up
 	$(BIN)/flashsend demo $(DEMO_ARGS)
 
+# Most integration tests wait (on workers, brokers, the stand-in) more than they compute, so
+# the suite runs in TEST_WORKERS processes, each with its own stack on free ports.
+TEST_WORKERS ?= 3
+
 test: setup lint
 	$(BIN)/flashsend schemas check --offline
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

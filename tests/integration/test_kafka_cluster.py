@@ -54,6 +54,10 @@ def free_base_port() -> int:
             return base
 
 
+# One worker runs this module: its module fixture is a process of its own.
+pytestmark = pytest.mark.xdist_group("kafka_cluster")
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     state_dir: Path = tmp_path_factory.mktemp("cluster")

@@ -69,6 +69,10 @@ class Env:
         return (self.log_dir / "mail-worker.log").read_text(errors="replace")[-4000:]
 
 
+# One worker runs this module: its module fixture is a process of its own.
+pytestmark = pytest.mark.xdist_group("mail_service")
+
+
 @pytest.fixture(scope="module")
 def env(stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     settings = mail_settings(stack)

@@ -55,6 +55,10 @@ def _registry_settings(stack: LocalStack, state_dir: Path) -> Settings:
     )
 
 
+# One worker runs this module: its module fixture is a process of its own.
+pytestmark = pytest.mark.xdist_group("schema_registry")
+
+
 @pytest.fixture(scope="module")
 def registry(stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     settings = _registry_settings(stack, tmp_path_factory.mktemp("registry"))

@@ -8,8 +8,11 @@ at a slow rate share and check that the agent is not blocked behind it.
 from __future__ import annotations
 
 import asyncio
+import io
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -28,6 +31,27 @@ from streams.sender import (
 )
 from tests.integration.campaign_helpers import Consumed, new_campaign, put_template, statuses
 from tests.integration.campaign_helpers import consumed_records as _consumed
+
+T = TypeVar("T")
+SCENARIO_LIMIT_S = 120.0  # each wait inside is bounded far below this: over it, something hangs
+
+
+def run_bounded(scenario: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run, failing with every task's stack when the scenario hangs (a worker stop
+    that never returns shows where it waits)."""
+
+    async def bounded() -> T:
+        task = asyncio.ensure_future(scenario)
+        done, _ = await asyncio.wait({task}, timeout=SCENARIO_LIMIT_S)
+        if task in done:
+            return task.result()
+        stacks = io.StringIO()
+        for other in asyncio.all_tasks():
+            other.print_stack(file=stacks)
+        task.cancel()
+        raise AssertionError(f"the scenario hung; its tasks:\n{stacks.getvalue()}")
+
+    return asyncio.run(bounded())
 
 
 def _rows(settings: Settings, campaign_id: int) -> list[tuple[int, int]]:
@@ -98,7 +122,7 @@ def test_a_full_lane_does_not_hold_back_other_partitions(settings: Settings) -> 
         finally:
             await runtime.stop()
 
-    waited, fast_claimed, slow_claimed = asyncio.run(scenario())
+    waited, fast_claimed, slow_claimed = run_bounded(scenario())
     assert fast_claimed == len(fast), (waited, fast_claimed)
     # The slow partition is held to its lane: at most a full lane + 1 call's worth claimed.
     assert slow_claimed <= lane + MAX_ENTRIES, slow_claimed
@@ -135,7 +159,7 @@ def test_a_partition_moving_away_while_its_feeder_waits_for_room_fails_nothing(
         finally:
             await runtime.stop()
 
-    claimed, failed = asyncio.run(scenario())
+    claimed, failed = run_bounded(scenario())
     assert failed is None, failed
     assert claimed >= 50, claimed
 
@@ -177,7 +201,7 @@ def test_leftover_doorbells_of_a_cancelled_campaign_are_skipped_in_bulk(
         finally:
             await runtime.stop()
 
-    rounds, stored = asyncio.run(scenario())
+    rounds, stored = run_bounded(scenario())
     assert stored == {0: len(records)}, stored  # every doorbell consumed, offset advanced
     assert rounds <= len(records) // MAX_CLAIM_RECIPIENTS + 2, rounds  # not len(records) / 50
     assert statuses(settings, cid).get("sending", 0) == 0
@@ -224,7 +248,7 @@ def test_a_full_partition_is_paused_not_waited_for_and_resumed_once_drained(
         finally:
             await runtime.stop()
 
-    queued_on_return, events, claimed = asyncio.run(scenario())
+    queued_on_return, events, claimed = run_bounded(scenario())
     # Without a flow the agent waits until the partition is down to UNCLAIMED_PER_PARTITION.
     assert queued_on_return > UNCLAIMED_PER_PARTITION, queued_on_return
     paused = next(i for i, (kind, parts) in enumerate(events) if kind == "pause" and 0 in parts)
