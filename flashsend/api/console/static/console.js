@@ -35,12 +35,13 @@ function liveCampaign(article) {
   const shown = article.dataset.status;
   const line = document.getElementById("rate-line");
   const series = JSON.parse(line.dataset.series || "[]");
-  const firstSent = parseFloat(line.dataset.firstSent || "NaN");
+  let firstSent = parseFloat(line.dataset.firstSent || "NaN");
   let previous = null;
   const source = new EventSource(article.dataset.live);
   const set = (sel, text) => { for (const el of article.querySelectorAll(sel)) el.textContent = text; };
   source.addEventListener("progress", (event) => {
     const f = JSON.parse(event.data);
+    if (isNaN(firstSent)) firstSent = f.at;  // nothing sent when the page was made
     for (const k of ["pending", "sending", "sent", "failed", "unknown", "skipped", "cancelled", "held", "recipients"]) {
       set(`[data-count="${k}"]`, fmt(f[k]));
     }
@@ -53,7 +54,7 @@ function liveCampaign(article) {
     set('[data-field="rate"]', fmt(f.status === "sending" ? f.rate_per_s : 0));
     set('[data-field="eta"]', f.status === "sending" ? duration(f.eta_s) : "–");
     set('[data-field="status"]', f.status);
-    if (previous && f.at > previous.at && !isNaN(firstSent)) {
+    if (previous && f.at > previous.at) {
       series.push({ t_s: f.at - firstSent, per_s: Math.max(0, (f.sent - previous.sent) / (f.at - previous.at)) });
       drawChart(line, series);
     }
