@@ -71,13 +71,17 @@ def test_an_expired_session_is_back_at_sign_in(settings: Settings) -> None:
     short = settings.model_copy(update={"console_session_hours": 3.0 / 3600})
     with serve(short) as api, browser() as driver:
         sign_in(driver, api, api.keys["viewer"])
-        driver.get(f"{api.url}/console/")
-        assert driver.current_url.endswith("/console/")
         signed_at = time.monotonic()
-        time.sleep(max(0.0, 3.5 - (time.monotonic() - signed_at)))
-        driver.get(f"{api.url}/console/")
-        wait_until(lambda: driver.current_url.endswith("/console/sign-in"), "the sign-in page")
-        assert driver.find_elements(By.ID, "key")
+        with session_client(api, driver) as kept:  # the cookie, kept past its expiry
+            assert kept.get("/console/").status_code == 200
+            time.sleep(max(0.0, 3.5 - (time.monotonic() - signed_at)))
+            driver.get(f"{api.url}/console/")
+            wait_until(lambda: driver.current_url.endswith("/console/sign-in"), "sign-in")
+            assert driver.find_elements(By.ID, "key")
+            # The server refuses it too, whatever a browser does with the cookie's max-age.
+            again = kept.get("/console/")
+            assert again.status_code == 303 and again.headers["location"] == "/console/sign-in"
+            assert kept.get("/console/campaigns/1/events").status_code == 401
 
 
 def test_a_campaign_named_like_a_script_renders_as_text(settings: Settings) -> None:
