@@ -72,3 +72,59 @@ def test_a_template_is_previewed_for_a_sample_user(settings: Settings) -> None:
         assert frame.get_attribute("sandbox") == ""
         driver.switch_to.frame(frame)
         assert "50% off" in driver.find_element(By.TAG_NAME, "body").text
+
+
+def test_the_key_flashsend_up_prints_signs_in_to_the_console(settings: Settings) -> None:
+    from flashsend.cli.stack import console_key
+
+    printed = console_key(settings)
+    key = printed.split(",")[0]
+    with serve(settings) as api, browser() as driver:
+        sign_in(driver, api, key)
+        assert "(admin)" in driver.find_element(By.CSS_SELECTOR, "header .who").text
+        [cookie] = [c for c in driver.get_cookies() if c["name"] == "flashsend_session"]
+        # HttpOnly, SameSite=Strict; Secure only over https (this page is http).
+        assert (cookie["httpOnly"], cookie["sameSite"], cookie["secure"]) == (True, "Strict", False)
+        assert "expiry" in cookie  # not a browser-session cookie: it ends when the session does
+
+
+def test_an_operator_promotes_a_variant_and_releases_a_seed_hold(settings: Settings) -> None:
+    seed_users(settings.pg_dsn, 400)
+    put_template(settings)
+    with serve(settings) as api, browser() as driver:
+        with api.client("admin") as admin:
+            ab = admin.post(
+                "/api/v1/campaigns",
+                json={
+                    "name": "ab",
+                    "variants": ["A=flash_sale:10", "B=flash_sale:10"],
+                    "winner_by": "manual",
+                },
+            ).json()["id"]
+            held = admin.post("/api/v1/campaigns", json={"name": "held"}).json()["id"]
+        with api.client("operator") as operator:
+            assert operator.post(f"/api/v1/campaigns/{ab}/start", json={}).status_code == 200
+            started = operator.post(
+                f"/api/v1/campaigns/{held}/start",
+                json={"seed_list": ["seed@example.com"], "hold": "2h"},
+            )
+            assert started.status_code == 200, started.text
+        sign_in(driver, api, api.keys["operator"])
+        driver.get(f"{api.url}/console/campaigns/{ab}")
+        driver.find_element(By.XPATH, "//button[normalize-space()='Promote B']").click()
+        wait_until(
+            lambda: (
+                "Winner: B" in driver.page_source.replace("<strong>", "").replace("</strong>", "")
+            ),
+            "the winner",
+        )
+        driver.get(f"{api.url}/console/campaigns/{held}")
+        assert (
+            "The audience waits until"
+            in driver.find_element(By.ID, "h-seeds").find_element(By.XPATH, "..").text
+        )
+        driver.find_element(By.ID, "btn-release").click()
+        wait_until(lambda: not driver.find_elements(By.ID, "btn-release"), "released")
+        assert "Released" in driver.find_element(By.ID, "h-seeds").find_element(By.XPATH, "..").text
+    actions = {(r["campaign_id"], r["action"], r["actor"]) for r in audit_rows(settings)}
+    assert {(ab, "promote", "test-operator"), (held, "release", "test-operator")} <= actions
