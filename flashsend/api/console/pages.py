@@ -31,6 +31,7 @@ from flashsend.api.problems import ApiProblem
 from flashsend.api.state import ApiState
 from flashsend.errors import NotFound
 from sinks.audit_store import read_audit
+from sinks.campaign_store import CampaignStore
 from sinks.campaign_views import report_view, status_view
 from sinks.console_session_store import ConsoleSessionStore
 from sinks.queries import query
@@ -121,7 +122,7 @@ def _campaign_rows(request: Request, status: str | None, channel: str | None) ->
     with _state(request).pool.connection() as conn:
         cur = conn.cursor(row_factory=dict_row)
         for row in cur.execute(query("list_campaigns"), params).fetchall():
-            view = status_view(conn, row["id"])
+            view = CampaignStore(conn).progress(row["id"]).as_dict()  # the counters only
             rate = float(view.get("send_rate_per_s") or 0.0)
             total = int(view.get("recipients") or 0)
             done = views.done_count(view)
