@@ -228,6 +228,7 @@ class Settings(BaseSettings):
     api_requests_burst: float = 0.0  # requests a key may send at once; 0: a tenth of a minute's
     api_pool_size: int = 8  # PostgreSQL connections of one API process (reads, keys)
     api_events_interval_s: float = 0.5  # seconds between two frames of a campaign's event stream
+    console_session_hours: float = 12.0  # a console sign-in lasts this long (absolute)
 
     # How SES events reach mail.events (docs/deliverability.md compares the paths): firehose
     # (SES → Firehose → the webhook's /firehose, batches of up to 500 events), webhook (SES →

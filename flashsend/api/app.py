@@ -10,6 +10,7 @@ from typing import Annotated
 
 from fastapi import FastAPI, Path, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -20,6 +21,8 @@ from prometheus_client import (
 
 from flashsend.api import admin, campaigns, extras, problems
 from flashsend.api.auth import Viewer
+from flashsend.api.console import actions as console_actions
+from flashsend.api.console import pages as console_pages
 from flashsend.api.events import Broadcaster, stream
 from flashsend.api.state import ApiState, make_state
 from flashsend.settings import Settings
@@ -109,6 +112,9 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(campaigns.router)
     app.include_router(admin.router)
     app.include_router(extras.router)
+    app.include_router(console_pages.router)
+    app.include_router(console_actions.router)
+    app.mount("/console/static", StaticFiles(directory=console_pages.HERE / "static"), "static")
 
     @app.get(
         "/api/v1/campaigns/{campaign_id}/events",

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from flashsend.settings import load_settings
+from flashsend.settings import Settings, load_settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -76,8 +76,28 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"  api       http://127.0.0.1:{settings.api_port}/api/v1 "
             "(a key: flashsend api-key create --name me --role admin)"
         )
+        key = console_key(settings)
+        print(f"  console   http://127.0.0.1:{settings.api_port}/  (sign in with {key})")
     print(f"start seconds: {json.dumps(timings)}")
     return 0
+
+
+CONSOLE_KEY_HOURS = 24
+
+
+def console_key(settings: Settings) -> str:
+    """A new admin key for the local console, valid CONSOLE_KEY_HOURS: a key is shown only
+    when made, so each `flashsend up` makes one (`api-key list` shows them, `revoke` ends one)."""
+    from datetime import UTC, datetime, timedelta
+
+    from flashsend.api.key_admin import create_key
+    from sinks.audit_store import Actor
+
+    now = datetime.now(UTC)
+    name = f"console-{now:%Y%m%d-%H%M%S}"
+    expires = now + timedelta(hours=CONSOLE_KEY_HOURS)
+    key, _ = create_key(settings, name, "admin", expires, Actor.cli(settings.operator))
+    return f"{key}, valid {CONSOLE_KEY_HOURS} h"
 
 
 def cmd_down(args: argparse.Namespace) -> int:
