@@ -63,7 +63,10 @@ def seed_devices(settings: Settings, users: int) -> dict[str, Any]:
         sender.set_endpoint_attributes(arn, {"Enabled": "false"})
     with psycopg.connect(settings.pg_dsn) as conn, conn.transaction():
         conn.execute("UPDATE users SET push_opt_out = (id %% 211 = 3) WHERE id <= %s", (users,))
-        conn.execute("CREATE TEMP TABLE demo_devices (LIKE device_endpoints) ON COMMIT DROP")
+        conn.execute(
+            "CREATE TEMP TABLE demo_devices (user_id bigint, platform text, token text, "
+            "endpoint_arn text, enabled boolean, disabled_reason text) ON COMMIT DROP"
+        )
         with conn.cursor().copy(
             "COPY demo_devices (user_id, platform, token, endpoint_arn, enabled, "
             "disabled_reason) FROM STDIN"

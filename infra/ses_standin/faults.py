@@ -39,7 +39,7 @@ class FaultConfig:
     sms_monthly_spend_usd: float = 0.0
     # Mobile push (SNS Publish to platform endpoints): publishes/s of the account (a bucket
     # of one second; beyond it Publish answers Throttling). <= 0: unlimited.
-    push_mps: float = 0.0
+    mobile_push_mps: float = 0.0
 
     def updated(self, changes: Mapping[str, Any]) -> FaultConfig:
         """A copy with `changes` applied; ValueError names the first bad key or value."""

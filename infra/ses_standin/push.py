@@ -3,7 +3,7 @@ publishes to them. No HTTP here (push_routes.py); one asyncio loop, no locks.
 
 Order of checks for Publish to an endpoint ARN: validation (400 InvalidParameter) → unknown
 endpoint (404 NotFound) → disabled endpoint (400 EndpointDisabled) → random throttle (`p429`)
-→ the account's publish rate `push_mps` (400 Throttling "Rate exceeded", nothing published)
+→ the account's publish rate `mobile_push_mps` (400 Throttling "Rate exceeded", nothing published)
 → accepted and recorded. A token the platform reports invalid (`invalidate`) is accepted once
 more, as SNS accepts a publish before the platform answers: then SNS disables the endpoint
 (Enabled=false) and publishes a DeliveryFailure event (FailureType InvalidPlatformToken) to the
@@ -204,7 +204,7 @@ class PushAccount:
             self.refused_disabled += 1
             raise PushError("EndpointDisabled", 400, "Endpoint is disabled")
         config = self._config()
-        if self._hit(config.p429) or not self._admit(config.push_mps, now):
+        if self._hit(config.p429) or not self._admit(config.mobile_push_mps, now):
             self.throttled += 1
             raise PushError("Throttling", 400, "Rate exceeded")
         message_id = str(uuid.uuid4())

@@ -14,7 +14,7 @@ form-encoded body, `Action=<Operation>&Version=2010-03-31`; XML answers; errors 
 
 Operations: CreatePlatformApplication, CreatePlatformEndpoint, GetEndpointAttributes,
 SetEndpointAttributes, DeleteEndpoint, Publish (to an endpoint ARN). Faults (latency, p429 as
-Throttling, p_hang, push_mps) are the account's (`/_admin/faults`).
+Throttling, p_hang, mobile_push_mps) are the account's (`/_admin/faults`).
 """
 
 from __future__ import annotations

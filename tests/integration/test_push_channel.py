@@ -1,0 +1,173 @@
+"""The push channel on the real stack: the stand-in's SNS mobile push over HTTP with the real
+boto3 `sns` client, real Kafka, PostgreSQL, worker processes, webhook and feedback worker."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from flashsend.lab.demo import SMS_BODY, DemoOptions, run_demo
+from flashsend.lab.feedback_run import WebhookProcess, insert_users, with_feedback
+from flashsend.lab.workers import WorkerPool
+from flashsend.settings import Settings
+from infra.ses_standin.events_admin import SesEventsAdmin
+from producers.campaign import start_campaign
+from producers.campaign_ops import create_campaign
+from producers.push_setup import ensure_applications, register
+from sinks.push import Notification, PushCallFailed, PushSender, make_push_client
+from streams.push_message import PushContent, build_message
+from tests.integration.campaign_helpers import admin, sql, statuses, wait_finished
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:
+    started = time.monotonic()
+    while not check():
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"timed out waiting: {what}")
+        time.sleep(0.1)
+
+
+def test_standin_speaks_sns_mobile_push(settings: Settings) -> None:
+    """Real boto3: platform applications and endpoints (CreatePlatformEndpoint idempotent for a
+    token), endpoint attributes, Publish with per-platform JSON, EndpointDisabled, the
+    account's publish rate answered Throttling, DeleteEndpoint."""
+    push = PushSender(make_push_client(settings))
+    apps = ensure_applications(settings, push)
+    token = f"t-{uuid.uuid4().hex}"
+    arn = push.create_endpoint(apps["FCM"], token)
+    assert push.create_endpoint(apps["FCM"], token) == arn
+    assert push.endpoint_attributes(arn)["Enabled"] == "true"
+    campaign = str(uuid.uuid4().int % 10**12)
+    content = PushContent("Sale", "Hi {{first_name}}", 60, "sale")
+    message, attributes = build_message(
+        content, {"first_name": "Ann"}, {"campaign": campaign, "seq": "1"}, "FCM"
+    )
+    assert push.publish(Notification(arn, message, attributes))
+    sent = admin(settings).push_messages(campaign=campaign)
+    assert [m["payload"]["notification"]["body"] for m in sent] == ["Hi Ann"]
+    assert sent[0]["payload"]["time_to_live"] == 60 and sent[0]["payload"]["collapse_key"] == "sale"
+
+    push.set_endpoint_attributes(arn, {"Enabled": "false"})
+    with pytest.raises(PushCallFailed) as disabled:
+        push.publish(Notification(arn, message, {}))
+    assert disabled.value.code == "EndpointDisabled"
+
+    push.set_endpoint_attributes(arn, {"Enabled": "true"})
+    admin(settings).set_faults(mobile_push_mps=3)
+    try:
+        outcomes = []
+        for _ in range(6):
+            try:
+                push.publish(Notification(arn, message, {}))
+                outcomes.append("ok")
+            except PushCallFailed as exc:
+                outcomes.append(f"{exc.code}:{exc.http_status}")
+        assert outcomes.count("ok") == 3 and set(outcomes) == {"ok", "Throttling:400"}, outcomes
+    finally:
+        admin(settings).set_faults(mobile_push_mps=0)
+    push.delete_endpoint(arn)
+    with pytest.raises(PushCallFailed) as gone:
+        push.endpoint_attributes(arn)
+    assert gone.value.code == "NotFound"
+
+
+def test_push_demo_every_recipient_terminal(settings: Settings) -> None:
+    summary = run_demo(
+        settings,
+        DemoOptions(users=2_000, workers=1, timeout_s=240, show_progress=False, channel="push"),
+        log=lambda _: None,
+    )
+    assert "error" not in summary, summary
+    assert summary["status"] == "done"
+    assert summary["pending"] == 0 and summary["sending"] == 0 and summary["unknown"] == 0
+    assert summary["duplicate_notifications_per_device"] == 0
+    assert summary["rows_skipped_endpoint_disabled"] > 0  # disabled here before the run
+    assert summary["rows_sent_with_a_device_disabled"] > 0  # disabled at SNS only: learnt
+    assert summary["rows_skipped_push_opted_out"] > 0
+    assert summary["rows_skipped_without_reason"] == 0
+    cid = summary["campaign_id"]
+    # One notification per enabled device of each sent row, and none to a disabled one.
+    per_row = sql(
+        settings,
+        "SELECT count(*) FROM campaign_recipients r JOIN device_endpoints e "
+        "ON e.id = ANY(string_to_array(r.email, ',')::bigint[]) "
+        "WHERE r.campaign_id = %s AND r.status = 'sent' AND e.enabled",
+        cid,
+    )[0][0]
+    assert summary["notifications"] == per_row
+
+
+def test_invalid_token_is_disabled_and_skipped_by_the_next_campaign(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A campaign notifies a device whose token the platform now calls invalid: SNS accepts,
+    the platform refuses, SNS publishes DeliveryFailure to the application's topic; the
+    webhook and the feedback worker disable the endpoint in our table; the next campaign
+    skips that user with the reason and never publishes to the endpoint again."""
+    s = with_feedback(settings, push_send_hours="")
+    assert s.ses_endpoint_url
+    events = SesEventsAdmin(s.ses_endpoint_url)
+    webhook = WebhookProcess.start(s, tmp_path)
+    sub = events.subscribe(webhook.sns_url, s.sns_topic_arns[0])
+    senders = WorkerPool(s, tmp_path / "senders")
+    feedback = WorkerPool(s, tmp_path / "feedback", role="feedback")
+    try:
+        events.wait_confirmed(sub["id"])
+        insert_users(s, 3, f"p{uuid.uuid4().hex[:8]}.test")
+        push = PushSender(make_push_client(s))
+        apps = ensure_applications(s, push)  # delivery failures to this test's topic
+        tag = uuid.uuid4().hex[:8]
+        with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
+            devices = {
+                (u, p): register(s, conn, u, p, f"{tag}-{u}-{p}", sender=push, applications=apps)
+                for u in (1, 2, 3)
+                for p in ("FCM", "APNS")
+                if not (u == 3 and p == "APNS")
+            }
+        dead_id, dead_arn = devices[(3, "FCM")]  # user 3's only device
+        admin(s).push_invalidate(f"{tag}-3-FCM")
+        senders.start(1)
+        feedback.start(1)
+        first = create_campaign(s, name="push-1", template=SMS_BODY, rate=0, channel="push")
+        start_campaign(s, first)
+        wait_finished(s, first, senders)
+        assert statuses(s, first) == {"sent": 3}
+        assert len(admin(s).push_messages(endpoint=dead_arn)) == 1  # SNS accepted it once
+        wait_for(
+            "the feedback worker disables the endpoint",
+            lambda: (
+                sql(s, "SELECT enabled FROM device_endpoints WHERE id = %s", dead_id)[0][0] is False
+            ),
+            60,
+        )
+        assert sql(s, "SELECT disabled_reason FROM device_endpoints WHERE id = %s", dead_id)[0][
+            0
+        ] == ("push_invalid_token")
+
+        second = create_campaign(s, name="push-2", template=SMS_BODY, rate=0, channel="push")
+        start_campaign(s, second)
+        wait_finished(s, second, senders)
+        rows = dict(
+            sql(
+                s,
+                "SELECT user_id, status || ':' || coalesce(reason, '') FROM campaign_recipients "
+                "WHERE campaign_id = %s",
+                second,
+            )
+        )
+        assert rows[3] == "skipped:endpoint_disabled:push_invalid_token", rows
+        assert rows[1] == rows[2] == "sent:", rows
+        assert len(admin(s).push_messages(endpoint=dead_arn)) == 1  # never again
+        for key, (_, arn) in devices.items():
+            if key != (3, "FCM"):
+                assert len(admin(s).push_messages(endpoint=arn)) == 2, key  # once a campaign
+    finally:
+        senders.stop()
+        feedback.stop()
+        events.unsubscribe(sub["id"])
+        webhook.stop()
