@@ -44,7 +44,7 @@ from sinks.push import Notification, PushCallFailed, PushSender
 from sinks.push_store import DeviceEndpoint, PushStore
 from sinks.recipient_store import ClaimedRecipient, LiveCampaign, RowResult
 from streams.call_outcome import CallOutcome
-from streams.push_message import PushContent, build_message, endpoint_ids
+from streams.push_message import PushContent, build_message, disabled_ids, endpoint_ids
 from streams.push_outcomes import DeviceOutcome, DeviceVerdict, classify_publish_error
 from streams.sms_channel import QUIET_HOURS, body_values, message_context, past_deadline
 
@@ -135,7 +135,9 @@ class PushChannel:
             await asyncio.sleep(wait)
         outcome = CallOutcome([], [])
         try:
-            known = await self._store.endpoints([i for r in rows for i in endpoint_ids(r.email)])
+            known = await self._store.endpoints(
+                [i for r in rows for i in (*endpoint_ids(r.email), *disabled_ids(r.email))]
+            )
         except StoreUnavailable:
             outcome.retry = list(rows)
             outcome.retry_reason = "store_unavailable"
@@ -148,6 +150,10 @@ class PushChannel:
                 outcome.final.append(RowResult(r.seq, "skipped", QUIET_HOURS, None))
                 continue
             devices = RowDevices(r, [])
+            for i in disabled_ids(r.email):  # disabled before the snapshot: named, not sent
+                e = known.get(i)
+                reason = (e.disabled_reason if e is not None else None) or "-"
+                devices.skipped.append(f"{ENDPOINT_DISABLED}:{reason}")
             for i in endpoint_ids(r.email):
                 e = known.get(i)
                 if e is None or e.user_id != r.user_id:
@@ -159,7 +165,7 @@ class PushChannel:
             if any(e.push_opt_out for e in known.values() if e.user_id == r.user_id):
                 outcome.final.append(RowResult(r.seq, "skipped", PUSH_OPTED_OUT, None))
             elif not devices.endpoints:
-                reason = devices.skipped[0] if devices.skipped else "no_device"
+                reason = devices.skipped[-1] if devices.skipped else "no_device"
                 outcome.final.append(RowResult(r.seq, "skipped", reason, None))
             else:
                 planned.append(devices)

@@ -64,5 +64,11 @@ def build_message(
 
 
 def endpoint_ids(address: str) -> list[int]:
-    """The endpoint ids a push row's address holds (the snapshot writes them comma-separated)."""
-    return [int(part) for part in address.split(",") if part.strip().isdigit()]
+    """The enabled endpoints' ids a push row's address holds (the snapshot writes them
+    comma-separated, a disabled one prefixed `d`)."""
+    return [int(part) for part in address.split(",") if part.isdigit()]
+
+
+def disabled_ids(address: str) -> list[int]:
+    """The ids of the endpoints that were disabled at the snapshot (`d<id>`)."""
+    return [int(part[1:]) for part in address.split(",") if part[:1] == "d" and part[1:].isdigit()]

@@ -4,35 +4,37 @@
 -- name: snapshot_push_recipients
 -- snapshot_recipients for a push campaign, in the same transaction and under the same lock
 -- (the campaign row moved out of draft), so no ON CONFLICT either. One row per audience user
--- whatever their number of devices; the address kept is the ids of the user's enabled
--- endpoints (at most %(max_devices)s, the most recently seen), comma-separated: the lanes
--- charge a row one unit of the rate per endpoint (streams/push_channel.row_publishes), and the
--- channel publishes to each of them once. A user who turned push off is skipped,
--- 'push_opted_out'; one without an endpoint 'no_device'; one whose endpoints are all
--- disabled 'endpoint_disabled:<reason of the latest>'. Quiet hours as for SMS
+-- whatever their number of devices; the address kept is the ids of the user's endpoints (at
+-- most %(max_devices)s of each kind, the most recently seen), comma-separated, a disabled
+-- one's prefixed `d` (streams/push_message.endpoint_ids): the lanes charge a row one unit of
+-- the rate per enabled endpoint (streams/push_channel.row_publishes), the channel publishes
+-- to each of them once and names each disabled one in the row's reason. A user who turned
+-- push off is skipped, 'push_opted_out'; one without an endpoint 'no_device'; one whose
+-- endpoints are all disabled 'endpoint_disabled:<reason>'. Quiet hours as for SMS
 -- (snapshot_sms_recipients): zone_names/zone_at/zone_until give each row its local window's
 -- send_after and send_before; {order} as there. {audience} and {partition} as in
 -- snapshot_recipients (braces doubled).
 INSERT INTO {partition} (campaign_id, seq, user_id, email, status, reason, send_after, send_before)
 SELECT %(campaign_id)s, row_number() OVER (ORDER BY {order}), a.id, coalesce(a.endpoint_ids, ''),
-       CASE WHEN a.push_opt_out OR a.endpoint_ids IS NULL THEN 'skipped'
+       CASE WHEN a.push_opt_out OR NOT coalesce(a.any_enabled, false) THEN 'skipped'
             WHEN a.send_after = 'infinity' THEN 'skipped'
             WHEN a.send_after > %(now)s::timestamptz THEN 'held'
             ELSE 'pending' END,
        CASE WHEN a.push_opt_out THEN 'push_opted_out'
-            WHEN a.endpoint_ids IS NULL AND a.disabled_reason IS NOT NULL
-                 THEN 'endpoint_disabled:' || a.disabled_reason
             WHEN a.endpoint_ids IS NULL THEN 'no_device'
+            WHEN NOT a.any_enabled THEN 'endpoint_disabled:' || a.disabled_reason
             WHEN a.send_after = 'infinity' THEN 'window_passed' END,
        CASE WHEN a.send_after < 'infinity' THEN a.send_after END,
        CASE WHEN a.send_before < 'infinity' THEN a.send_before END
-  FROM (SELECT u.id, u.push_opt_out, d.endpoint_ids, d.disabled_reason,
+  FROM (SELECT u.id, u.push_opt_out, d.endpoint_ids, d.any_enabled, d.disabled_reason,
                (%(zone_at)s::timestamptz[])[z.n] AS send_after,
                (%(zone_until)s::timestamptz[])[z.n] AS send_before
           FROM users u
           CROSS JOIN LATERAL (
-                SELECT string_agg(e.id::text, ',' ORDER BY e.id)
-                           FILTER (WHERE e.enabled AND e.rank <= %(max_devices)s) AS endpoint_ids,
+                SELECT string_agg(CASE WHEN e.enabled THEN '' ELSE 'd' END || e.id, ','
+                                  ORDER BY e.enabled DESC, e.id)
+                           FILTER (WHERE e.rank <= %(max_devices)s) AS endpoint_ids,
+                       bool_or(e.enabled) AS any_enabled,
                        max(coalesce(e.disabled_reason, 'disabled'))
                            FILTER (WHERE NOT e.enabled) AS disabled_reason
                   FROM (SELECT de.id, de.enabled, de.disabled_reason,

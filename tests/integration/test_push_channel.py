@@ -97,7 +97,7 @@ def test_push_demo_every_recipient_terminal(settings: Settings) -> None:
     per_row = sql(
         settings,
         "SELECT count(*) FROM campaign_recipients r JOIN device_endpoints e "
-        "ON e.id = ANY(string_to_array(r.email, ',')::bigint[]) "
+        "ON e.id::text = ANY(string_to_array(r.email, ',')) "
         "WHERE r.campaign_id = %s AND r.status = 'sent' AND e.enabled",
         cid,
     )[0][0]

@@ -17,6 +17,7 @@ from streams.push_message import (
     APNS_TTL,
     PushContent,
     build_message,
+    disabled_ids,
     endpoint_ids,
 )
 from streams.push_outcomes import DeviceOutcome, classify_publish_error
@@ -53,7 +54,8 @@ def test_no_ttl_or_collapse_key_when_the_campaign_has_none() -> None:
 
 def test_endpoint_ids_of_a_row_address() -> None:
     assert endpoint_ids("3,17,42") == [3, 17, 42]
-    assert endpoint_ids("") == []
+    assert endpoint_ids("3,d17,42") == [3, 42] and disabled_ids("3,d17,42") == [17]
+    assert endpoint_ids("") == [] == disabled_ids("")
 
 
 @pytest.mark.parametrize(
