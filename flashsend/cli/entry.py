@@ -48,6 +48,7 @@ def registry() -> list[Register]:
         mail,
         operations,
         promo,
+        push,
         resend,
         schemas,
         stack,
@@ -69,6 +70,7 @@ def registry() -> list[Register]:
         operations.register,  # after control: adds `dlq show|replay`
         resend.register,  # after control: adds `campaign resend-unknown`
         promo.register,
+        push.register,  # push setup|register
         api.register,  # api, api-key, audience, audit
     ]
 
