@@ -15,13 +15,18 @@ import pytest
 from flashsend.lab.chaos import ChaosOptions, run_chaos
 from flashsend.lab.demo import SMS_BODY, DemoOptions, run_demo
 from flashsend.lab.feedback_run import WebhookProcess, insert_users, with_feedback
+from flashsend.lab.push_devices import seed_devices
 from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
 from infra.ses_standin.events_admin import SesEventsAdmin
 from producers.campaign import start_campaign
 from producers.campaign_ops import create_campaign
 from producers.push_setup import ensure_applications, register
+from producers.reconcile import requeue_after_resume
+from sinks.campaign_store import CampaignStore
 from sinks.push import Notification, PushCallFailed, PushSender, make_push_client
+from sinks.users import seed_users
+from streams.campaign_state import POLL_INTERVAL_S
 from streams.push_message import PushContent, build_message
 from tests.integration.campaign_helpers import admin, sql, statuses, wait_finished
 
@@ -202,3 +207,53 @@ def test_push_chaos_kills_and_hangs_keep_the_invariants(settings: Settings) -> N
         result, default=str
     )
     assert result["unknown"] <= result["unknown_bound"], result
+
+
+def test_push_pause_stops_within_a_second_and_the_limit_counts_publishes(
+    settings: Settings,
+) -> None:
+    """The campaign's limit counts publishes (devices), not rows: the busiest sliding second
+    at the stand-in stays within it. Once `campaign pause` returns, at most the call in flight
+    per lane (10 rows of at most 3 devices, 12 lanes) reaches SNS; resumed, the campaign ends
+    with every device notified once."""
+    seed_users(settings.pg_dsn, 3_000)
+    seed_devices(settings, 3_000)
+    rate = 300
+    cid = create_campaign(
+        settings.model_copy(update={"push_send_hours": ""}),
+        name="push-pause",
+        template=SMS_BODY,
+        rate=rate,
+        channel="push",
+    )
+    standin = admin(settings)
+    pool = WorkerPool(settings, settings.state_dir / f"logs-push-{cid}")
+    pool.start(1)
+    try:
+        start_campaign(settings, cid)
+        deadline = time.monotonic() + 60
+        while statuses(settings, cid).get("sent", 0) < 400:
+            assert time.monotonic() < deadline, statuses(settings, cid)
+            time.sleep(0.1)
+        with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+            CampaignStore(conn).transition(cid, "paused", "test paused")
+        time.sleep(POLL_INTERVAL_S * 2 + 0.05)  # what `flashsend campaign pause` waits
+        returned_at = time.time()
+        time.sleep(2.0)
+        late = [m for m in standin.push_messages(campaign=str(cid)) if m["at"] > returned_at]
+        assert len(late) <= 12 * settings.push_call_size * 3, len(late)
+        paused = standin.push_stats(str(cid))["accepted"]
+        time.sleep(1.0)
+        assert standin.push_stats(str(cid))["accepted"] == paused
+        with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+            CampaignStore(conn).transition(cid, "sending", None)
+        time.sleep(1.0)  # the worker flags the doorbells it consumed while paused
+        requeue_after_resume(settings, cid)
+        wait_finished(settings, cid, pool, timeout=120)
+    finally:
+        pool.stop()
+    st = statuses(settings, cid)
+    assert st.get("pending", 0) == 0 and st.get("sending", 0) == 0 and st.get("unknown", 0) == 0
+    stats = standin.push_stats(str(cid))
+    assert stats["duplicates"] == 0 and stats["accepted"] > st["sent"] > 1_500
+    assert stats["max_1s_window"] <= rate * 1.02, stats
