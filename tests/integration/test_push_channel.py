@@ -7,6 +7,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -257,3 +258,41 @@ def test_push_pause_stops_within_a_second_and_the_limit_counts_publishes(
     stats = standin.push_stats(str(cid))
     assert stats["duplicates"] == 0 and stats["accepted"] > st["sent"] > 1_500
     assert stats["max_1s_window"] <= rate * 1.02, stats
+
+
+def test_a_push_row_past_its_quiet_hours_window_is_never_sent(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Quiet hours as for SMS: planned two days ago in a zone where it was 12:xx then, every
+    row was due at once with a deadline (21:00 local that day) long gone when the worker
+    reaches it: each row with a device is skipped `quiet_hours`, and SNS gets no publish."""
+    s = settings.model_copy(update={"push_send_hours": "08:00-21:00"})
+    then = datetime.now(UTC) - timedelta(days=2)
+    offset = 12 - then.hour  # hours east of UTC where `then` reads 12:xx
+    zone = "UTC" if offset == 0 else f"Etc/GMT{-offset:+d}"
+    insert_users(s, 40, f"q{uuid.uuid4().hex[:8]}.test")
+    sql(s, "UPDATE users SET timezone = %s", zone)
+    seed_devices(s, 40)
+    cid = create_campaign(s, name="push too late", template=SMS_BODY, channel="push")
+    pool = WorkerPool(s, tmp_path)
+    pool.start(1)
+    try:
+        start_campaign(s, cid, now=then)
+        wait_finished(s, cid, pool)
+    finally:
+        pool.stop()
+    rows = dict(
+        sql(
+            s,
+            "SELECT user_id, status || ':' || coalesce(reason, '') FROM campaign_recipients "
+            "WHERE campaign_id = %s",
+            cid,
+        )
+    )
+    with_device = [
+        u for u in range(1, 41) if u % 4 and u % 211 != 3 and not (u % 97 == 1 and u % 4 == 1)
+    ]
+    assert len(with_device) > 20
+    assert {rows[u] for u in with_device} == {"skipped:quiet_hours"}, rows
+    assert all(r.startswith("skipped:") for r in rows.values()), rows
+    assert admin(s).push_messages(campaign=str(cid)) == []
