@@ -296,3 +296,38 @@ def test_a_push_row_past_its_quiet_hours_window_is_never_sent(
     assert {rows[u] for u in with_device} == {"skipped:quiet_hours"}, rows
     assert all(r.startswith("skipped:") for r in rows.values()), rows
     assert admin(s).push_messages(campaign=str(cid)) == []
+
+
+def test_a_user_who_turns_push_off_after_the_snapshot_is_skipped_at_the_call(
+    settings: Settings, tmp_path: Path
+) -> None:
+    s = settings.model_copy(update={"push_send_hours": ""})
+    insert_users(s, 60, f"o{uuid.uuid4().hex[:8]}.test")
+    seed_devices(s, 60)
+    cid = create_campaign(s, name="push opt-out", template=SMS_BODY, channel="push")
+    start_campaign(s, cid)  # snapshot and doorbells; no worker yet
+    turned_off = [u for u in range(1, 61) if u % 4 == 2][:8]
+    sql(s, "UPDATE users SET push_opt_out = true WHERE id = ANY(%s)", turned_off)
+    pool = WorkerPool(s, tmp_path)
+    pool.start(1)
+    try:
+        wait_finished(s, cid, pool)
+    finally:
+        pool.stop()
+    rows = dict(
+        sql(
+            s,
+            "SELECT user_id, status || ':' || coalesce(reason, '') FROM campaign_recipients "
+            "WHERE campaign_id = %s",
+            cid,
+        )
+    )
+    assert {rows[u] for u in turned_off} == {"skipped:push_opted_out"}, rows
+    arns = {
+        str(a)
+        for (a,) in sql(
+            s, "SELECT endpoint_arn FROM device_endpoints WHERE user_id = ANY(%s)", turned_off
+        )
+    }
+    sent_to = {m["endpoint_arn"] for m in admin(s).push_messages(campaign=str(cid))}
+    assert sent_to and not arns & sent_to
