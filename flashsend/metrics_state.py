@@ -17,6 +17,7 @@ from prometheus_client.core import GaugeMetricFamily
 from psycopg import sql
 
 from flashsend import deliverability, health, metrics
+from flashsend.scaling import LAG_METRIC
 from flashsend.settings import Settings
 from sinks.queries import query
 
@@ -65,7 +66,7 @@ class Watermarks:
 def lag_reader(dsn: str, marks: Watermarks, group_id: str, topic: str) -> Reader:
     def read() -> list[GaugeMetricFamily]:
         lag = GaugeMetricFamily(
-            "flashsend_consumer_lag",
+            LAG_METRIC,
             "records not yet processed: log end - offset stored in "
             "PostgreSQL (what the workers resume from)",
             labels=["group", "topic", "partition"],

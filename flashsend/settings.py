@@ -117,6 +117,18 @@ class Settings(BaseSettings):
     sms_call_size: int = 10
     sms_timeout_s: float = 10.0
 
+    # Push campaigns (SNS Publish to platform endpoints; locally the stand-in speaks SNS on the
+    # same endpoint). One platform application per platform: these names, created when
+    # missing (`flashsend push setup`); delivery failures go to the first SNS topic, which the
+    # webhook subscribes. Publishes in flight per worker, rows per lane call, as for SMS.
+    push_application_fcm: str = "flashsend-fcm"
+    push_application_apns: str = "flashsend-apns"
+    push_inflight_calls: int = 16
+    push_call_size: int = 10
+    push_timeout_s: float = 10.0
+    # Quiet hours of push notifications, as sms_send_hours for texts. Empty: none.
+    push_send_hours: str = "08:00-21:00"
+
     # Sender tuning.
     batch_size: int = 50
     inflight_calls: int = 12
@@ -276,6 +288,8 @@ class Settings(BaseSettings):
         # Frozen model: defaults that depend on other fields are filled once, here.
         if self.kafka_brokers < 1:
             raise ValueError(f"FLASHSEND_KAFKA_BROKERS must be >= 1, got {self.kafka_brokers}")
+        if not 1 <= self.push_call_size <= 50:
+            raise ValueError(f"FLASHSEND_PUSH_CALL_SIZE must be 1..50, got {self.push_call_size}")
         if not 1 <= self.sms_call_size <= 50:
             raise ValueError(f"FLASHSEND_SMS_CALL_SIZE must be 1..50, got {self.sms_call_size}")
         if not 0 <= self.window_slack <= 0.1:

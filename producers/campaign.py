@@ -39,6 +39,7 @@ from sinks.ses import SesCallFailed, SesSender, make_client
 from sinks.sms import SmsCallFailed
 from sinks.variant_store import VariantStore
 from streams.ab_test import bounds as ab_bounds
+from streams.push_message import MAX_DEVICES
 
 Progress = Callable[[int, int], None]
 PAGE = 50_000
@@ -145,6 +146,10 @@ def check_spreadable(
         )
 
 
+# The snapshot statement of each channel (email: snapshot_recipients).
+SNAPSHOT_STATEMENT = {"sms": "snapshot_sms_recipients", "push": "snapshot_push_recipients"}
+
+
 def snapshot(
     conn: psycopg.Connection,
     campaign_id: int,
@@ -186,8 +191,9 @@ def snapshot(
         conn.execute("SET LOCAL maintenance_work_mem = '256MB'")
         table = partitions.create_detached(conn, campaign_id)
         channel_row = conn.execute(query("campaign_channel"), {"id": campaign_id}).fetchone()
-        sms = channel_row is not None and channel_row[0] == "sms"
-        statement = "snapshot_sms_recipients" if sms else "snapshot_recipients"
+        channel = channel_row[0] if channel_row is not None else "email"
+        statement = SNAPSHOT_STATEMENT.get(channel, "snapshot_recipients")
+        snapshot_args["max_devices"] = MAX_DEVICES  # push: endpoints per row
         stmt = sql.SQL(query(statement)).format(
             audience=sql.SQL(audience), partition=table, order=plan.order
         )
@@ -345,6 +351,8 @@ def start_campaign(
                     sync_opt_outs(settings, conn)
                 except SmsCallFailed as exc:
                     raise PreflightFailed(f"the SMS opt-out list cannot be read: {exc}") from exc
+            elif channel == "push":
+                pass  # no SES template to check; devices and opt-outs are read at the call
             elif not skip_preflight:
                 committed_row = conn.execute(
                     query("committed_marketing_rate"), {"id": campaign_id}
@@ -366,10 +374,10 @@ def start_campaign(
                 if not ignore_quota:
                     quota = _daily_quota(settings)
             check_correction_source(conn, campaign_id)
-            if channel == "sms" and (seeds is not None or spread_over_quota):
+            if channel != "email" and (seeds is not None or spread_over_quota):
                 raise UsageError(
                     "a seed list and --spread-over-quota are for email campaigns (the SES "
-                    "24-hour quota); an SMS campaign takes neither"
+                    f"24-hour quota); an {channel.upper()} campaign takes neither"
                 )
             if seeds is not None and ScheduleStore(conn).stored(campaign_id) is not None:
                 raise UsageError(

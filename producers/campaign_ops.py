@@ -37,6 +37,8 @@ PROMO_HTML = "<p>Hi {{first_name}},</p><p>Your code <b>{{promo_code}}</b> takes 
 PROMO_TEXT = "Hi {{first_name}}, your code {{promo_code}} takes 50% off today."
 # What a campaign's rate limit counts (campaigns.rate_unit): segments only for SMS.
 RATE_UNITS = ("messages", "segments")
+CHANNELS = ("email", "sms", "push")
+PUSH_TITLE = "Flash sale"  # a push campaign's default title (campaigns.from_address)
 
 
 def create_campaign(
@@ -56,6 +58,8 @@ def create_campaign(
     rate_unit: str = "messages",
     actor: Actor | None = None,
     audience_name: str | None = None,
+    push_ttl_s: int | None = None,
+    push_collapse_key: str | None = None,
 ) -> int:
     """A draft campaign; with `ab`, an A/B test; with `schedule`, a local-time window or
     engagement waves; with `ramp`, a rate ramp (each stored in one transaction with it). A
@@ -64,10 +68,18 @@ def create_campaign(
     that campaign: its audience is the users it sent to, within `audience`
     (producers/corrections.py). An SMS campaign's `template` is its body, its sender the
     settings' origination identity; its `rate` counts messages, or segments with
-    `rate_unit="segments"` (each message costs its segments in the lanes' pacing)."""
-    if channel not in ("email", "sms"):
-        raise UsageError(f"channel must be email or sms, got {channel!r}")
+    `rate_unit="segments"` (each message costs its segments in the lanes' pacing). A push
+    campaign's `template` is the notification's body and `from_address` its title; its
+    `rate` counts publishes (one per device endpoint), `push_ttl_s` and `push_collapse_key`
+    go into every notification."""
+    if channel not in CHANNELS:
+        raise UsageError(f"channel must be email, sms or push, got {channel!r}")
     sms = channel == "sms"
+    push = channel == "push"
+    if not push and (push_ttl_s is not None or push_collapse_key):
+        raise UsageError("--ttl and --collapse-key are for push campaigns (add --channel push)")
+    if push_ttl_s is not None and not 0 <= push_ttl_s <= 2_419_200:
+        raise UsageError(f"--ttl must be 0..2419200 seconds (28 days), got {push_ttl_s}")
     if rate_unit not in RATE_UNITS:
         raise UsageError(f"--rate-unit must be messages or segments, got {rate_unit!r}")
     if rate_unit == "segments" and not sms:
@@ -75,10 +87,12 @@ def create_campaign(
             "--rate-unit segments is for SMS campaigns (add --channel sms); an email "
             "campaign's --rate counts recipients"
         )
-    if sms and ab is not None:
-        raise UsageError("an A/B test is not available for SMS campaigns")
+    if (sms or push) and ab is not None:
+        raise UsageError(f"an A/B test is not available for {channel.upper()} campaigns")
     if sms:
         schedule = sms_schedule(settings.sms_send_hours, schedule)
+    if push:  # quiet hours as for SMS, with the push notifications' own send hours
+        schedule = sms_schedule(settings.push_send_hours, schedule)
     if schedule is not None:
         check_schedule(schedule, has_variants=ab is not None, now=datetime.now(UTC))
         load_zone(settings.default_timezone)  # a bad default zone fails now, not at start
@@ -99,14 +113,27 @@ def create_campaign(
             name=name,
             template=template,
             from_address=from_address
-            or (settings.sms_origination_identity if sms else settings.from_address),
-            configuration_set=configuration_set
+            or (
+                settings.sms_origination_identity
+                if sms
+                else PUSH_TITLE
+                if push
+                else settings.from_address
+            ),
+            configuration_set=None
+            if push
+            else configuration_set
             or (settings.sms_configuration_set if sms else settings.marketing_configuration_set),
             rate_limit=rate,
             audience_condition=condition,
             channel=channel,
             rate_unit=rate_unit,
         )
+        if push:
+            conn.execute(
+                query("set_push_options"),
+                {"id": cid, "ttl_s": push_ttl_s, "collapse_key": push_collapse_key or None},
+            )
         if ab is not None:
             VariantStore(conn).set_variants(cid, ab.variants, ab.holdout_wait_s, ab.winner_by)
         if schedule is not None:

@@ -93,6 +93,8 @@ class LiveCampaign:
     channel: str = "email"  # "sms": template is the body, from_address the origination id
     rate_unit: str = "messages"  # what rate_limit counts; "segments" only for SMS
     sending_began_s_ago: float | None = None  # since the snapshot made its rows sendable
+    push_ttl_s: int | None = None  # a push campaign's notification lifetime (None: default)
+    push_collapse_key: str | None = None  # … and its collapse key
 
     def template_for(self, variant: str | None) -> str:
         """The template of a row's variant (the winner's for a released holdout row); the

@@ -19,11 +19,14 @@ from producers.dlq import DeadLetterProducer
 from producers.reconcile import Reconciler
 from schemas import serde
 from sinks.offsets import Assignment
+from sinks.push import PushSender, make_push_client
+from sinks.push_store import PushStore
 from sinks.recipient_store import RecipientStore
 from sinks.ses import SesSender, make_client
 from sinks.sms import SmsSender, make_sms_client
 from streams import faust_offsets
 from streams.campaign_state import CampaignCache
+from streams.push_channel import PushChannel
 from streams.sender import CampaignSender, PartitionFlow, SenderConfig
 from streams.sms_channel import SmsChannel
 
@@ -113,7 +116,14 @@ class Runtime:
                         inflight=s.sms_inflight_calls,
                         is_sending=self.campaigns.is_sending,
                         call_size=s.sms_call_size,
-                    )
+                    ),
+                    "push": PushChannel(
+                        lambda: PushSender(make_push_client(s, pool=s.push_inflight_calls * 2)),
+                        PushStore(pool),
+                        inflight=s.push_inflight_calls,
+                        is_sending=self.campaigns.is_sending,
+                        call_size=s.push_call_size,
+                    ),
                 },
             )
             health.PROBE.expect(health.ASSIGNED)  # /readyz: after the first assignment's seek

@@ -1064,8 +1064,9 @@ class CampaignSender:
     def row_cost(self, campaign: LiveCampaign) -> Callable[[ClaimedRecipient], int] | None:
         """What one row costs against the campaign's rate limit, when not one unit each: its
         message's segments for an SMS campaign limited in segments (the channel renders the
-        body exactly as it sends it). None for every other campaign: a row costs one."""
-        if campaign.rate_unit != "segments":
+        body exactly as it sends it), or its publishes for a push campaign (one per device
+        endpoint). None for every other campaign: a row costs one."""
+        if campaign.rate_unit != "segments" and campaign.channel != "push":
             return None
         channel = self.channels.get(campaign.channel)
         if channel is None:

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from streams.feedback_logic import FeedbackEffect, ses_effect
+from streams.push_feedback import is_push, push_effect
 from streams.resolution import proof_of
 
 SMS_EVENT_DESTINATION = "sms_event_destination"
@@ -82,5 +83,8 @@ def sms_effect(record: Mapping[str, Any]) -> FeedbackEffect:
 
 
 def event_effect(record: Mapping[str, Any]) -> FeedbackEffect:
-    """Effect of any decoded `ses_event` record: an SMS event's, else an SES event's."""
+    """Effect of any decoded `ses_event` record: an SMS event's, a push event's
+    (streams.push_feedback), else an SES event's."""
+    if is_push(record):
+        return push_effect(record)
     return sms_effect(record) if is_sms(record) else ses_effect(record)

@@ -95,13 +95,29 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--channel sms --body 'Hi {{first_name}}, -50% today. Reply STOP to opt out' --rate 50. "
         "Quiet hours: an SMS campaign texts only within FLASHSEND_SMS_SEND_HOURS (08:00-21:00) "
         "of each user's local day (users.timezone); a --local-window must lie within them, and "
-        "a row not sent by its window's end is skipped, quiet_hours, never texted late.",
+        "a row not sent by its window's end is skipped, quiet_hours, never texted late. "
+        "Push: --channel push --body TEXT --from TITLE [--ttl S] [--collapse-key K] notifies "
+        "every enabled device endpoint of each user (SNS Publish); --rate counts publishes; "
+        "quiet hours as for SMS (FLASHSEND_PUSH_SEND_HOURS); see docs/push.md.",
     )
     p.add_argument(
         "--channel",
-        choices=("email", "sms"),
+        choices=("email", "sms", "push"),
         default="email",
-        help="email (SES) or sms (AWS End User Messaging SMS); default %(default)s",
+        help="email (SES), sms (AWS End User Messaging SMS) or push (SNS platform endpoints); "
+        "default %(default)s",
+    )
+    p.add_argument(
+        "--ttl",
+        type=int,
+        default=None,
+        help="with --channel push: the notification's lifetime in seconds (0..2419200)",
+    )
+    p.add_argument(
+        "--collapse-key",
+        default=None,
+        help="with --channel push: a newer notification with this key replaces an undelivered "
+        "older one on the device",
     )
     p.add_argument(
         "--body",
@@ -383,16 +399,18 @@ def cmd_create(args: argparse.Namespace) -> int:
             holdout_wait_s=parse_duration(args.holdout_wait),
             winner_by=args.winner_by,
         )
-    if args.channel == "sms" and not args.body:
-        raise UsageError("--channel sms needs --body TEXT (the message)")
+    if args.channel in ("sms", "push") and not args.body:
+        raise UsageError(f"--channel {args.channel} needs --body TEXT (the message)")
     if args.channel == "email" and args.body:
-        raise UsageError("--body is the text of an SMS campaign: add --channel sms")
+        raise UsageError("--body is the text of an SMS or push campaign: add --channel")
     schedule = schedule_from_flags(args.local_window, args.date, args.waves)
     cid = create_campaign(
         settings,
         name=args.name,
-        template=args.body if args.channel == "sms" else args.template,
+        template=args.body if args.channel in ("sms", "push") else args.template,
         channel=args.channel,
+        push_ttl_s=args.ttl,
+        push_collapse_key=args.collapse_key,
         rate_unit=args.rate_unit,
         rate=args.rate,
         from_address=args.from_address,
@@ -534,6 +552,8 @@ def format_limit(p: Any) -> str:
         return "unlimited"
     if p["channel"] == "sms":
         return f"{limit} {p['rate_unit']}/s"
+    if p["channel"] == "push":
+        return f"{limit} publishes/s"
     return f"{limit}"
 
 

@@ -200,10 +200,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--channel",
-        choices=("email", "sms"),
+        choices=("email", "sms", "push"),
         default="email",
         help="sms: the campaign texts users' phones (one SendTextMessage each); there are no "
         "SMS events to settle unknown rows, so no event loop (--events-wait is ignored). "
+        "push: one SNS Publish per device endpoint of each user (0-3 each); no event loop "
+        "either; duplicates are counted per device. "
         "Example: flashsend chaos --channel sms --users 50000 --workers 3 --kill-every 5 --json",
     )
     p.add_argument("--json", action="store_true", help="one JSON object on the last line of stdout")
@@ -329,7 +331,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         ses_hang_rate=args.ses_hang_rate,
         lease_s=args.lease,
         timeout_s=args.timeout,
-        events_wait_s=0.0 if args.channel == "sms" else args.events_wait,
+        events_wait_s=0.0 if args.channel in ("sms", "push") else args.events_wait,
         promo_codes=args.promo_codes,
         channel=args.channel,
     )

@@ -43,7 +43,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "flashsend demo --users 20000 --rate 0 --variants 2 --json; "
         "flashsend demo --users 20000 --rate 2000 --local-window 09:00-11:00 --json; "
         'flashsend demo --users 20000 --ramp "0:200,10s:600" --json; '
-        "flashsend demo --channel sms --users 20000 --rate 0 --json",
+        "flashsend demo --channel sms --users 20000 --rate 0 --json; "
+        "With --channel push the campaign is a notification to each device of each user "
+        "through SNS platform endpoints (the stand-in speaks SNS): users get 0-3 devices, a few "
+        "disabled (skipped with a reason) and a few opted out; --rate counts publishes; the "
+        "summary adds duplicate_notifications_per_device and the skipped rows by reason "
+        "(docs/push.md). Example: flashsend demo --channel push --users 20000 --rate 0 --json",
     )
     p.add_argument("--users", type=int, default=1_000_000, help="users to seed (default 1M)")
     p.add_argument(
@@ -61,9 +66,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     p.add_argument(
         "--channel",
-        choices=("email", "sms"),
+        choices=("email", "sms", "push"),
         default="email",
-        help="email (SES SendBulkEmail) or sms (one SendTextMessage per user); default %(default)s",
+        help="email (SES SendBulkEmail), sms (one SendTextMessage per user) or push (one SNS "
+        "Publish per device endpoint); default %(default)s",
     )
     p.add_argument(
         "--variants",

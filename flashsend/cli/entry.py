@@ -50,6 +50,7 @@ def registry() -> list[Register]:
         mail,
         operations,
         promo,
+        push,
         resend,
         schemas,
         stack,
@@ -71,6 +72,7 @@ def registry() -> list[Register]:
         operations.register,  # after control: adds `dlq show|replay`
         resend.register,  # after control: adds `campaign resend-unknown`
         promo.register,
+        push.register,  # push setup|register
         api.register,  # api, api-key, audience, audit
         lambda sub: docs.register(sub, build_parser),  # docs cli: docs/cli.md from this parser
     ]

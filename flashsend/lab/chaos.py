@@ -63,6 +63,7 @@ import psycopg
 from flashsend.errors import UsageError
 from flashsend.lab.chaos_events import EventLoop, judge_in_doubt
 from flashsend.lab.demo import SMS_BODY, create_pool, ensure_users, promo_verdict, standin_stats
+from flashsend.lab.push_devices import device_verdict, seed_devices
 from flashsend.lab.run import StartedCampaigns, error_text, finish_run
 from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
@@ -649,6 +650,11 @@ def run_chaos(
             if options.promo_codes or loop is not None:
                 raise UsageError("--channel sms runs without --promo-codes and the event loop")
             fill_phones(settings.pg_dsn, options.users)
+        push = options.channel == "push"
+        if push:
+            if options.promo_codes or loop is not None:
+                raise UsageError("--channel push runs without --promo-codes and the event loop")
+            result.update(seed_devices(settings, options.users))
         SesSender(make_client(settings, timeout=10)).put_template(
             DEFAULT_TEMPLATE, DEFAULT_SUBJECT, DEFAULT_HTML, DEFAULT_TEXT
         )
@@ -668,9 +674,9 @@ def run_chaos(
             create_campaign(
                 # Quiet hours off: the run must send whatever the hour (its users' zone is the
                 # default one); the demo's --local-window shows them.
-                settings.model_copy(update={"sms_send_hours": ""}),
+                settings.model_copy(update={"sms_send_hours": "", "push_send_hours": ""}),
                 name=f"chaos-{int(time.time())}",
-                template=SMS_BODY if sms else template,
+                template=SMS_BODY if sms or push else template,
                 rate=options.rate,
                 audience=audience,
                 channel=options.channel,
@@ -842,6 +848,11 @@ def _judge(
         "unknown_only_from_in_flight": result["unknown_outside_in_flight"] == 0,
         "in_flight_within_max": len(seen) <= result["in_flight_max"],
     }
+    if channel == "push":
+        # Duplicates are counted per device endpoint at the stand-in (the ledger's
+        # `duplicates`); a row skipped must say why.
+        result.update(device_verdict(settings, campaign_id, stats))
+        result["invariants"]["skipped_with_reason"] = result["rows_skipped_without_reason"] == 0
     if promo_codes:
         # Read from our rows and from the stand-in: each code bound to one recipient and
         # mailed to one address, one code per recipient, nothing sent without a code.

@@ -19,6 +19,7 @@ from flashsend.lab.demo_schedule import (
     prepare_users,
     schedule_report,
 )
+from flashsend.lab.push_devices import device_verdict, seed_devices
 from flashsend.lab.ramp_figures import bucket_ms, step_windows
 from flashsend.lab.run import StartedCampaigns, error_text, finish_run
 from flashsend.lab.workers import WorkerPool, wait_joined
@@ -170,8 +171,14 @@ def standin_stats(settings: Settings, campaign_id: int, channel: str = "email") 
     admin = SesStandinAdmin(settings.ses_endpoint_url)
     if channel == "sms":
         return admin.sms_stats(campaign=str(campaign_id))
+    if channel == "push":
+        return admin.push_stats(campaign=str(campaign_id))
     return dict(admin.stats(campaign=str(campaign_id)))
 
+
+# A push demo's notification: an hour to live, one per device of this sale (collapse key).
+PUSH_TTL_S = 3600
+PUSH_COLLAPSE_KEY = "flash-sale"
 
 # Demo pool codes: 23^8 = 7.8e10 possible, sparse enough for 78 million codes.
 PROMO_PATTERN = "DEMO-{8}"
@@ -224,8 +231,8 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
         f"{', ramp ' + format_ramp(ramp) if ramp else ''}, "
         f"{options.workers} worker(s), {settings.partitions} partitions"
     )
-    if options.channel == "sms" and (options.promo_codes or options.variants):
-        raise UsageError("--channel sms runs without --promo-codes and --variants")
+    if options.channel in ("sms", "push") and (options.promo_codes or options.variants):
+        raise UsageError(f"--channel {options.channel} runs without --promo-codes and --variants")
     if options.rate_unit == "segments" and options.channel != "sms":
         raise UsageError("--rate-unit segments is for SMS campaigns (add --channel sms)")
     started = StartedCampaigns(settings)
@@ -241,6 +248,8 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
             log(f"seeded users in {seed_s:.1f}s")
         if options.channel == "sms":
             fill_phones(settings.pg_dsn, options.users)
+        if options.channel == "push":
+            summary.update(seed_devices(settings, options.users))
         ses = SesSender(make_client(settings, timeout=10))
         ses.put_template(DEFAULT_TEMPLATE, DEFAULT_SUBJECT, DEFAULT_HTML, DEFAULT_TEXT)
         template = DEFAULT_TEMPLATE
@@ -261,9 +270,11 @@ def run_demo(settings: Settings, options: DemoOptions, log: Any = print) -> dict
             create_campaign(
                 # An SMS demo keeps quiet hours only with --local-window (then that window is
                 # each row's deadline): otherwise it would wait for morning in the users' zone.
-                settings.model_copy(update={"sms_send_hours": ""}),
+                settings.model_copy(update={"sms_send_hours": "", "push_send_hours": ""}),
                 name=f"demo-{int(time.time())}",
-                template=SMS_BODY if options.channel == "sms" else template,
+                template=SMS_BODY if options.channel in ("sms", "push") else template,
+                push_ttl_s=PUSH_TTL_S if options.channel == "push" else None,
+                push_collapse_key=PUSH_COLLAPSE_KEY if options.channel == "push" else None,
                 rate=limit,
                 audience=audience,
                 ab=ab,
@@ -361,6 +372,8 @@ def _final_counts(
             "winner_reason": ab["winner_reason"],
             "held": progress["held"],
         }
+    if channel == "push":
+        extra |= device_verdict(settings, campaign_id, stats)
     return {
         **promo,
         **extra,

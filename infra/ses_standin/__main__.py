@@ -74,6 +74,7 @@ async def serve(args: argparse.Namespace) -> None:
     emission.attach_firehose(account.configuration_sets, account.firehose)
     account.sms.on_text.append(emission.on_text_accepted)
     account.sms.on_inbound.append(emission.on_inbound)
+    account.push.on_event.append(emission.on_inbound)  # push delivery failures: same path
     sqs_sink = SqsSink.beside(emission, args.state_dir / "events")  # the same events into SQS
     account.on_accepted.append(sqs_sink.on_accepted)
     app = build_app(account)

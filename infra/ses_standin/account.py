@@ -37,6 +37,7 @@ from infra.ses_standin.protocol import (
     SimpleContent,
     TemplateRef,
 )
+from infra.ses_standin.push import PushAccount
 from infra.ses_standin.recipients import Recipients, parse_address
 from infra.ses_standin.sms import SmsAccount
 from infra.ses_standin.template_store import TemplateStore
@@ -85,6 +86,7 @@ class SesAccount:
         self.on_accepted: list[MessageHook] = []
         # The SMS account (pinpoint-sms-voice-v2) shares the faults and the dice.
         self.sms = SmsAccount(lambda: self.config, self.dice.hit)
+        self.push = PushAccount(lambda: self.config, self.dice.hit)  # SNS mobile push
         self._replay()
 
     # ---- sending -------------------------------------------------------------------------

@@ -114,6 +114,29 @@ class SesStandinAdmin:
     def sms_reset(self) -> None:
         self._call("POST", "/_admin/sms/reset")
 
+    def push_stats(self, campaign: str | None = None) -> dict[str, Any]:
+        """Mobile push (SNS Publish to endpoints) figures: accepted, duplicates (publishes to
+        one endpoint beyond its first), max_1s_window; without a campaign also throttled."""
+        return cast(dict[str, Any], self._call("GET", "/_admin/push/stats", {"campaign": campaign}))
+
+    def push_messages(
+        self, endpoint: str | None = None, campaign: str | None = None
+    ) -> list[dict[str, Any]]:
+        query = {"endpoint": endpoint, "campaign": campaign}
+        return cast(list[dict[str, Any]], self._call("GET", "/_admin/push/messages", query))
+
+    def push_invalidate(self, token: str) -> dict[str, Any]:
+        """The platform now reports `token` invalid (its next publish fails, SNS disables it)."""
+        return cast(
+            dict[str, Any], self._call("POST", "/_admin/push/invalidate", body={"token": token})
+        )
+
+    def push_register(self, application_arn: str, tokens: list[str]) -> list[str]:
+        """Many CreatePlatformEndpoint at once (the lab's seeding): the ARNs, in order."""
+        body = {"application": application_arn, "tokens": tokens}
+        answer = self._call("POST", "/_admin/push/endpoints", body=body)
+        return [str(a) for a in answer["endpoint_arns"]]
+
     def faults(self) -> Faults:
         return cast(Faults, self._call("GET", "/_admin/faults"))
 

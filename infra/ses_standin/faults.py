@@ -37,6 +37,9 @@ class FaultConfig:
     # apply to SMS calls too.
     sms_mps: float = 0.0
     sms_monthly_spend_usd: float = 0.0
+    # Mobile push (SNS Publish to platform endpoints): publishes/s of the account (a bucket
+    # of one second; beyond it Publish answers Throttling). <= 0: unlimited.
+    mobile_push_mps: float = 0.0
 
     def updated(self, changes: Mapping[str, Any]) -> FaultConfig:
         """A copy with `changes` applied; ValueError names the first bad key or value."""

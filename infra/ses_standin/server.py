@@ -31,6 +31,7 @@ from infra.ses_standin.protocol import (
     parse_page,
     parse_template_request,
 )
+from infra.ses_standin.push_routes import PushApi, is_query_request
 from infra.ses_standin.sms_routes import SmsApi
 from infra.ses_standin.templates import parse_template_data
 
@@ -75,8 +76,11 @@ def build_app(account: SesAccount) -> web.Application:
     AdminApi(account).register(app)
     sms = SmsApi(account, account.sms, _hold_open)
     sms.register(app)
-    # JSON protocols share POST /: pinpoint-sms-voice-v2 and Firehose, told apart by target.
-    router.add_post("/", _by_target(sms.dispatch))
+    push = PushApi(account, account.push, _hold_open)
+    push.register(app)
+    # POST / is shared: pinpoint-sms-voice-v2 and Firehose (JSON, told apart by target) and
+    # SNS's mobile push (the query protocol: a form body, no target).
+    router.add_post("/", _by_target(sms.dispatch, push.dispatch))
     app.on_shutdown.append(_on_shutdown)
     return app
 
@@ -227,8 +231,10 @@ async def delete_event_destination(request: web.Request, account: SesAccount) ->
     return ses_json({})
 
 
-def _by_target(sms: Handler) -> Handler:
+def _by_target(sms: Handler, push: Handler) -> Handler:
     async def dispatch(request: web.Request) -> web.StreamResponse:
+        if is_query_request(request):
+            return await push(request)
         target = request.headers.get("X-Amz-Target", "")
         if target.startswith(FIREHOSE_TARGET):
             return await firehose_call(request, target.removeprefix(FIREHOSE_TARGET))

@@ -49,7 +49,7 @@ SELECT id, status, rate_limit, template, from_address, configuration_set, name,
        sending_s + coalesce(extract(epoch FROM clock_timestamp() - sending_since)::float8, 0)
            AS sending_elapsed_s,
        extract(epoch FROM clock_timestamp() - snapshot_done_at)::float8 AS sending_began_s_ago,
-       channel, rate_unit
+       channel, rate_unit, push_ttl_s, push_collapse_key
   FROM campaigns
  WHERE status IN ('sending', 'paused', 'snapshotting')
     OR (status IN ('cancelled', 'done', 'failed') AND updated_at > now() - interval '1 hour');

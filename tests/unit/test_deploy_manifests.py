@@ -13,6 +13,7 @@ import contextlib
 import copy
 import io
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from pydantic import SecretStr
 from flashsend import deliverability, health
 from flashsend.cli import stack
 from flashsend.cli.entry import build_parser
+from flashsend.scaling import LAG_METRIC, LagSource, lag_sources
 from flashsend.settings import ENV_PREFIX, Settings, load_settings
 from producers import unsubscribe_endpoint, webhook
 from streams.mail_app import check_mail_settings
@@ -414,6 +416,103 @@ def migration_problems(docs: list[Doc]) -> list[str]:
     return ["no Job runs `flashsend migrate` first"]
 
 
+WORKER_ROLES = ("campaign", "mail", "feedback")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def worker_role(docs: list[Doc], name: str) -> tuple[str, Settings] | None:
+    """The role `flashsend worker --role` of Deployment `name`, and its container's settings."""
+    found = [d for d in of_kind(docs, "Deployment") if d["metadata"]["name"] == name]
+    if len(found) != 1:
+        return None
+    container = containers(found[0])[0]
+    args, _ = parse_command(container)
+    if args is None or args.command != "worker":
+        return None
+    return args.role, container_settings(docs, container)
+
+
+def expected_max(role: str, settings: Settings, source: LagSource) -> int:
+    """The partitions of the role's topic; for mail workers no more than the transactional
+    reserve holds (each sends up to FLASHSEND_MAIL_RATE)."""
+    if role == "mail" and settings.mail_rate > 0:
+        return min(source.partitions, int(settings.transactional_reserve // settings.mail_rate))
+    return source.partitions
+
+
+def lag_query_problems(where_: str, labels: dict[str, str], source: LagSource) -> list[str]:
+    problems: list[str] = []
+    if labels.get("group") != source.store_group:
+        problems.append(f"{where_}: group {labels.get('group')!r} is not {source.store_group!r}")
+    if labels.get("topic") != source.topic:
+        problems.append(f"{where_}: topic {labels.get('topic')!r} is not {source.topic!r}")
+    return problems
+
+
+def scaling_problems(docs: list[Doc]) -> list[str]:
+    """Each worker role has one KEDA ScaledObject, min 1 and max its topic's partitions
+    (mail: within the transactional reserve), on its consumer group's lag where that lag
+    is: the broker's for a group that commits there (kafka scaler: the group, topic and
+    brokers the code uses), else the workers' own flashsend_consumer_lag (prometheus
+    scaler). The HorizontalPodAutoscaler example reads that metric with the same labels."""
+    problems: list[str] = []
+    scaled: dict[str, int] = {}
+    for doc in of_kind(docs, "ScaledObject") + of_kind(docs, "HorizontalPodAutoscaler"):
+        spec = doc["spec"]
+        target = spec["scaleTargetRef"]["name"]
+        found = worker_role(docs, target)
+        if found is None:
+            problems.append(f"{where(doc)}: {target} is no worker Deployment")
+            continue
+        role, settings = found
+        source = lag_sources(settings)[role]
+        keda = doc["kind"] == "ScaledObject"
+        if keda:
+            scaled[role] = scaled.get(role, 0) + 1
+        low = spec.get("minReplicaCount" if keda else "minReplicas")
+        high = spec.get("maxReplicaCount" if keda else "maxReplicas")
+        if low != 1:
+            problems.append(f"{where(doc)}: min replicas {low}, not 1")
+        if high != expected_max(role, settings, source):
+            problems.append(
+                f"{where(doc)}: max replicas {high}, not "
+                f"{expected_max(role, settings, source)} (partitions of {source.topic})"
+            )
+        for trigger in spec.get("triggers", []) if keda else []:
+            meta = trigger.get("metadata", {})
+            if trigger["type"] == "kafka":
+                if not source.commits_to_broker:
+                    problems.append(
+                        f"{where(doc)}: group {source.kafka_group} commits nothing to the "
+                        "broker: its broker lag never falls"
+                    )
+                for key, want in (
+                    ("consumerGroup", source.kafka_group),
+                    ("topic", source.topic),
+                    ("bootstrapServers", settings.kafka_bootstrap),
+                ):
+                    if meta.get(key) != want:
+                        problems.append(f"{where(doc)}: {key} {meta.get(key)!r}, not {want!r}")
+            elif trigger["type"] == "prometheus":
+                query_text = str(meta.get("query", ""))
+                if LAG_METRIC + "{" not in query_text:
+                    problems.append(f"{where(doc)}: the query reads no {LAG_METRIC}")
+                labels = dict(_LABEL.findall(query_text.split(LAG_METRIC, 1)[-1]))
+                problems += lag_query_problems(where(doc), labels, source)
+            else:
+                problems.append(f"{where(doc)}: trigger {trigger['type']} reads no lag")
+        for metric in [] if keda else spec.get("metrics", []):
+            external = metric.get("external", {}).get("metric", {})
+            if external.get("name") != LAG_METRIC:
+                problems.append(f"{where(doc)}: metric {external.get('name')!r} is not exported")
+            labels = external.get("selector", {}).get("matchLabels", {})
+            problems += lag_query_problems(where(doc), labels, source)
+    for role in WORKER_ROLES:
+        if scaled.get(role) != 1:
+            problems.append(f"worker role {role}: {scaled.get(role, 0)} ScaledObjects")
+    return problems
+
+
 CHECKS: dict[str, Check] = {
     "settings": settings_problems,
     "startup": startup_problems,
@@ -421,6 +520,7 @@ CHECKS: dict[str, Check] = {
     "commands": command_problems,
     "deployments": deployment_problems,
     "migrations": migration_problems,
+    "scaling": scaling_problems,
 }
 
 
@@ -509,6 +609,30 @@ PARTITION_TYPO = {"name": "FLASHSEND_PARTITION", "value": "3"}
 METRICS_ON_LOOPBACK = {"FLASHSEND_METRICS_HOST": "127.0.0.1"}
 ONE_CONFIGURATION_SET = {"FLASHSEND_TRANSACTIONAL_CONFIGURATION_SET": "marketing"}
 BAD_THRESHOLD = {"FLASHSEND_FEEDBACK_COMPLAINT_THRESHOLD": "1.5"}
+
+
+def scaled(docs: list[Doc], name: str) -> Doc:
+    spec: Doc = named(docs, "ScaledObject", name)["spec"]
+    return spec
+
+
+def trigger(docs: list[Doc], name: str) -> Doc:
+    meta: Doc = scaled(docs, name)["triggers"][0]["metadata"]
+    return meta
+
+
+def kafka_for_feedback(docs: list[Doc]) -> None:
+    scaled(docs, "feedback-worker")["triggers"] = copy.deepcopy(
+        scaled(docs, "mail-worker")["triggers"]
+    )
+    trigger(docs, "feedback-worker").update(consumerGroup="flashsend-feedback", topic="mail.events")
+
+
+def hpa_metric(docs: list[Doc]) -> Doc:
+    metric: Doc = named(docs, "HorizontalPodAutoscaler", "feedback-worker")["spec"]["metrics"][0]
+    return metric["external"]["metric"]  # type: ignore[no-any-return]
+
+
 MUTATIONS: list[tuple[str, str, Callable[[list[Doc]], None]]] = [
     ("settings", "unknown name", lambda d: config(d).update({"FLASHSEND_NO_SUCH": "1"})),
     ("settings", "unknown name in env", lambda d: campaign(d)["env"].append(PARTITION_TYPO)),
@@ -586,6 +710,52 @@ MUTATIONS: list[tuple[str, str, Callable[[list[Doc]], None]]] = [
         lambda d: pod(d, "Job", "flashsend-migrate").pop("initContainers"),
     ),
     ("migrations", "migrate after another step", migrate_second),
+    ("scaling", "wrong group", lambda d: trigger(d, "campaign-worker").update(consumerGroup="x")),
+    (
+        "scaling",
+        "store group at broker",
+        lambda d: trigger(d, "campaign-worker").update(consumerGroup="flashsend-sender"),
+    ),
+    ("scaling", "wrong topic", lambda d: trigger(d, "mail-worker").update(topic="mail.events")),
+    (
+        "scaling",
+        "wrong brokers",
+        lambda d: trigger(d, "mail-worker").update(bootstrapServers="kafka:9092"),
+    ),
+    ("scaling", "kafka lag of feedback", kafka_for_feedback),
+    (
+        "scaling",
+        "metric typo",
+        lambda d: trigger(d, "feedback-worker").update(
+            query='sum(flashsend_consumer_lags{group="flashsend-feedback", topic="mail.events"})'
+        ),
+    ),
+    (
+        "scaling",
+        "label typo",
+        lambda d: trigger(d, "feedback-worker").update(
+            query='sum(flashsend_consumer_lag{group="flashsend", topic="mail.events"})'
+        ),
+    ),
+    (
+        "scaling",
+        "max over partitions",
+        lambda d: scaled(d, "campaign-worker").update(maxReplicaCount=48),
+    ),
+    ("scaling", "mail over reserve", lambda d: scaled(d, "mail-worker").update(maxReplicaCount=3)),
+    ("scaling", "min zero", lambda d: scaled(d, "feedback-worker").update(minReplicaCount=0)),
+    ("scaling", "role unscaled", lambda d: d.remove(named(d, "ScaledObject", "mail-worker"))),
+    ("scaling", "hpa metric", lambda d: hpa_metric(d).update(name="flashsend_lag")),
+    (
+        "scaling",
+        "hpa labels",
+        lambda d: hpa_metric(d)["selector"]["matchLabels"].update(topic="order.events"),
+    ),
+    (
+        "scaling",
+        "not a worker",
+        lambda d: scaled(d, "feedback-worker")["scaleTargetRef"].update(name="webhook"),
+    ),
 ]
 
 
