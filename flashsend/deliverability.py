@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from flashsend.errors import UsageError
 from flashsend.settings import LOCAL_FIREHOSE_ACCESS_KEY, LOCAL_UNSUBSCRIBE_KEYS, Settings
 from producers.sns_verify import HttpsCertificateSource, VerifierPolicy
-from sinks.recipient_store import ClaimedRecipient
-from streams.feedback_logic import Thresholds
-from streams.unsubscribe_token import TokenKeys, make_token, parse_keys, unsubscribe_url
+from streams.rules.feedback_logic import Thresholds
+from streams.rules.unsubscribe_token import TokenKeys, make_token, parse_keys, unsubscribe_url
 
 SNS_PATH = "/sns"
 FIREHOSE_PATH = "/firehose"
@@ -157,7 +157,17 @@ def check_separation(settings: Settings) -> None:
 POST_HEADER = "List-Unsubscribe=One-Click"
 
 
-def unsubscribe_headers(settings: Settings) -> Callable[[ClaimedRecipient], Mapping[str, str]]:
+class Addressed(Protocol):
+    """What an unsubscribe link names: a claimed recipient row, seen from the ground."""
+
+    @property
+    def user_id(self) -> int: ...
+
+    @property
+    def campaign_id(self) -> int: ...
+
+
+def unsubscribe_headers(settings: Settings) -> Callable[[Addressed], Mapping[str, str]]:
     """The campaign sender's `headers_for`: RFC 8058 headers on every marketing message —
     `List-Unsubscribe: <https://…/u/TOKEN>` (TOKEN signs user and campaign with the current key)
     and `List-Unsubscribe-Post: List-Unsubscribe=One-Click`, as SES ReplacementHeaders. Gmail and
@@ -171,8 +181,8 @@ def unsubscribe_headers(settings: Settings) -> Callable[[ClaimedRecipient], Mapp
         sample
     )
 
-    def headers_for(row: ClaimedRecipient) -> Mapping[str, str]:
-        # A seed (user id < 0, streams/seed_list.py) has no user: its link is user 0's, a
+    def headers_for(row: Addressed) -> Mapping[str, str]:
+        # A seed (user id < 0, streams/rules/seed_list.py) has no user: its link is user 0's, a
         # working one-click that opts nobody out, so the seed inbox sees the real headers.
         token = make_token(keys, max(row.user_id, 0), row.campaign_id)
         return {"List-Unsubscribe": f"<{prefix}{token}>", "List-Unsubscribe-Post": POST_HEADER}

@@ -3,7 +3,7 @@
 A role's Kafka consumer group is its Faust app id; the offset it resumes from is the one stored
 in PostgreSQL (sinks.offsets, streams.faust_offsets) under its store group, and each worker
 exports `log end - stored offset` per partition as `flashsend_consumer_lag{group, topic,
-partition}` (flashsend.metrics_state.lag_reader). What the broker knows differs per role:
+partition}` (sinks.metrics_state.lag_reader). What the broker knows differs per role:
 
 - campaign and mail workers consume through Faust's stream, whose acks commit to the broker
   (every 1,000 / 100 records or 5 s: faust_offsets.app_options); the broker's lag of their

@@ -51,7 +51,7 @@ from infra.aws_firehose import (
     tag_params,
     update_params,
 )
-from streams.resolution import OUTCOME_BY_EVENT
+from streams.rules.resolution import OUTCOME_BY_EVENT
 
 PATHS = ("sqs", "webhook", "firehose")
 # The default event types of an event destination (FLASHSEND_SES_EVENT_TYPES sets them).
@@ -99,7 +99,7 @@ HTTP_DELIVERY_POLICY: dict[str, Any] = {
 }
 MAX_RETRY_WINDOW_S = 3600
 # What the SMS event destination publishes: the TEXT_* types that settle a row (the feedback
-# loop's streams.resolution). Replies come through two-way SMS, not the destination.
+# loop's streams.rules.resolution). Replies come through two-way SMS, not the destination.
 SMS_EVENT_TYPES = tuple(t for t in OUTCOME_BY_EVENT if t.startswith("TEXT_"))
 MAX_RETRIES = 100
 

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from sinks.variant_store import VariantStore, WinnerResult
-from streams.ab_test import choose_winner, winner_due
+from streams.rules.ab_test import choose_winner, winner_due
 
 
 def decide(conn: psycopg.Connection[Any], campaign_id: int, now: datetime) -> WinnerResult | None:

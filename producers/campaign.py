@@ -38,8 +38,8 @@ from sinks.seed_store import SeedPlan, SeedStore
 from sinks.ses import SesCallFailed, SesSender, make_client
 from sinks.sms import SmsCallFailed
 from sinks.variant_store import VariantStore
-from streams.ab_test import bounds as ab_bounds
-from streams.push_message import MAX_DEVICES
+from streams.rules.ab_test import bounds as ab_bounds
+from streams.rules.push_message import MAX_DEVICES
 
 Progress = Callable[[int, int], None]
 PAGE = 50_000
@@ -330,7 +330,7 @@ def start_campaign(
 ) -> StartResult:
     """`now` (default: the clock) is when a scheduled campaign's plan counts from. With
     `seeds`, the seed list gets the mail first and the audience is held for `seeds.hold_s`
-    (streams/seed_list.py); a started campaign ignores them. With `spread_over_quota`, a
+    (streams/rules/seed_list.py); a started campaign ignores them. With `spread_over_quota`, a
     campaign that does not fit the 24-hour quota is planned over days instead of refused."""
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         row = conn.execute(query("get_campaign"), {"id": campaign_id}).fetchone()

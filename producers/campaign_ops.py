@@ -22,9 +22,14 @@ from sinks.queries import query
 from sinks.schedule_store import ScheduleStore
 from sinks.seed_store import SeedStore
 from sinks.variant_store import VariantStore
-from streams.ab_test import DEFAULT_HOLDOUT_WAIT_S, Variant, check_variants, missing_event_type
-from streams.ramp import RampStep, check_ramp
-from streams.send_plan import Schedule, check_schedule, load_zone, sms_schedule
+from streams.rules.ab_test import (
+    DEFAULT_HOLDOUT_WAIT_S,
+    Variant,
+    check_variants,
+    missing_event_type,
+)
+from streams.rules.ramp import RampStep, check_ramp
+from streams.rules.send_plan import Schedule, check_schedule, load_zone, sms_schedule
 
 DEFAULT_TEMPLATE = "flash_sale"
 DEFAULT_SUBJECT = "{{first_name}}, the flash sale starts now"

@@ -40,7 +40,7 @@ from flashsend import metrics
 from flashsend.errors import FlashsendError
 from schemas.serde import AvroCodec, registry_client
 from sinks.queries import query
-from streams.backoff import backoff_delay
+from streams.rules.backoff import backoff_delay
 
 log = logging.getLogger("flashsend.relay")
 

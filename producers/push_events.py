@@ -7,7 +7,7 @@ The shape SNS publishes ("Mobile push application event notifications"): `EventT
 `Service` (`SNS`), `Time` (ISO 8601). It shares the `ses_event` contract with SES's and SMS's
 events: `recipient` is the endpoint ARN (the device's address on this channel),
 `ses_message_id` the publish's MessageId, `event_type` `Push<EventType>`, `detail` the failure
-type and message, `source` `push_platform` (streams.push_feedback). The event id is the SES
+type and message, `source` `push_platform` (streams.rules.push_feedback). The event id is the SES
 path's: a uuid5 of (message id, event type, endpoint), so a redelivery maps to the same id.
 """
 
@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from producers.ses_events import MAX_DETAIL, VERSION, SesEventInvalid, event_id
-from streams.push_feedback import PUSH_EVENT_PREFIX, PUSH_PLATFORM
+from streams.rules.push_feedback import PUSH_EVENT_PREFIX, PUSH_PLATFORM
 
 ENDPOINT_MARK = ":endpoint/"
 

@@ -1,7 +1,7 @@
 """The platform applications push campaigns publish through, one per platform (FCM, APNs),
 and a device's registration: CreatePlatformEndpoint of its token, then its row in
 device_endpoints. Delivery failures of both applications go to the first SNS topic of the
-settings, which the webhook subscribes (streams.push_feedback reads them)."""
+settings, which the webhook subscribes (streams.rules.push_feedback reads them)."""
 
 from __future__ import annotations
 

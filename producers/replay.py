@@ -45,8 +45,8 @@ from schemas.doorbell import doorbell_seqs
 from schemas.serde import AvroCodec, RegistryUnavailable, SerdeError
 from sinks.pg_arrays import int_array
 from sinks.queries import query
-from streams.mail_logic import CancelMail, CreateMail, StaleEvent, parse_order_event
-from streams.replay_plan import (
+from streams.rules.mail_logic import CancelMail, CreateMail, StaleEvent, parse_order_event
+from streams.rules.replay_plan import (
     PartitionPlan,
     Refusal,
     clamp_target,

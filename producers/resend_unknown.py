@@ -1,7 +1,7 @@
 """`flashsend campaign resend-unknown`: mail again the rows whose SES call got no answer and
 that no SES event has proved since. Never automatic: marketing is at-most-once, and sending
 again a mail SES did accept is a duplicate. An operator runs it after a grace long enough for
-SES's events to have arrived (they settle the rows they prove: streams/resolution.py).
+SES's events to have arrived (they settle the rows they prove: streams/rules/resolution.py).
 
 1. plan: the campaign's rows still `unknown` whose call started longer ago than the grace;
 2. wait (bounded) until the feedback agent has applied every event mail.events holds now
@@ -24,11 +24,11 @@ from confluent_kafka import KafkaException
 
 from flashsend.deliverability import feedback_app_id
 from flashsend.errors import FlashsendError
-from flashsend.metrics_state import Watermarks
 from flashsend.settings import Settings
 from producers.reconcile import Reconciler
 from producers.replay import operator
 from sinks.audit_store import Actor
+from sinks.metrics_state import Watermarks
 from sinks.queries import query
 from sinks.resolution_store import ResendDone, ResendPlan, UnknownRowsStore
 

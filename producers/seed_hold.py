@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from sinks.seed_store import ReleaseResult, SeedStore
-from streams.seed_list import RELEASED_BY_EXPIRY, hold_due
+from streams.rules.seed_list import RELEASED_BY_EXPIRY, hold_due
 
 
 def release_due(

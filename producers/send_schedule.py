@@ -1,6 +1,6 @@
 """Scheduled sending around the campaign's start and its reconcile tick.
 
-- `plan_snapshot` turns a campaign's plan (streams/send_plan.py) into the snapshot's
+- `plan_snapshot` turns a campaign's plan (streams/rules/send_plan.py) into the snapshot's
   parameters with an injected `now`: each audience zone's send_after, or the waves' starts
   and slots. Rows due at `now` are snapshotted pending and produced by the start; the others
   are `held` in slots (sinks/sql/schedule.sql, record_slots).
@@ -21,7 +21,7 @@ from psycopg import sql
 
 from flashsend.settings import Settings
 from sinks.schedule_store import ScheduleStore
-from streams.send_plan import plan_waves, plan_zones
+from streams.rules.send_plan import plan_waves, plan_zones
 
 # The snapshot's plan parameters when the campaign sends everything at start.
 NO_PLAN: dict[str, Any] = {

@@ -27,7 +27,7 @@ from email.utils import parseaddr
 from typing import Any
 
 from flashsend.errors import FlashsendError
-from streams.addresses import normalise_email
+from streams.rules.addresses import normalise_email
 
 SCHEMA = "ses_event"
 VERSION = 1

@@ -14,7 +14,7 @@ import psycopg
 from flashsend.settings import Settings
 from sinks.queries import query
 from sinks.sms import SmsSender, make_sms_client
-from streams.phones import normalise_phone, phone_problem
+from streams.rules.phones import normalise_phone, phone_problem
 
 
 def sync_opt_outs(settings: Settings, conn: psycopg.Connection) -> int:

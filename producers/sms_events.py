@@ -14,7 +14,7 @@ Two shapes reach the webhook, both JSON objects:
 They share the `ses_event` contract with SES's events: the fields mean the same with the
 channel's words (`recipient` is the normalised E.164 number, `ses_message_id` the provider's
 message id, `tags` the context), and `source` (`sms_event_destination` | `sms_two_way`) tells
-them apart (streams.sms_feedback). A reply keeps its first 500 characters in `detail` (what
+them apart (streams.rules.sms_feedback). A reply keeps its first 500 characters in `detail` (what
 the opt-out decision reads) and the keyword AWS matched in `tags.keyword`.
 
 The event id is the SES path's: a uuid5 of (message id, event type, number), so a redelivered
@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from producers.ses_events import MAX_DETAIL, VERSION, SesEventInvalid, event_id, int_tag
-from streams.phones import normalise_phone, phone_problem
-from streams.sms_feedback import INBOUND, SMS_EVENT_DESTINATION, SMS_TWO_WAY
+from streams.rules.phones import normalise_phone, phone_problem
+from streams.rules.sms_feedback import INBOUND, SMS_EVENT_DESTINATION, SMS_TWO_WAY
 
 TEXT_PREFIX = "TEXT_"
 MAX_CONTEXT = 5  # SendTextMessage's Context holds at most five entries

@@ -7,7 +7,7 @@ The traps this answers (seed, traps 7 and 8):
   body `List-Unsubscribe=One-Click`: nothing here asks for any of them, and the answer is a plain
   200 page, never a redirect (trap 8: a CSRF middleware answering 419 silently breaks it).
 - The token is the only credential: HMAC-signed (user, campaign), non-expiring, key-rotatable
-  (`streams.unsubscribe_token`). Anything it does not verify gets 403 and changes nothing.
+  (`streams.rules.unsubscribe_token`). Anything it does not verify gets 403 and changes nothing.
 - PostgreSQL is the source of truth: the opt-out commits before the answer, whether Kafka is
   up or not; the `Unsubscribed` event waits in the outbox. A repeated POST is a no-op.
 - No cookie is ever set, and the pages are not cacheable and send no referrer.
@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, unquote
 from producers.http_lean import Request, Response, Router
 from sinks.feedback_store import UnsubscribeStore
 from sinks.recipient_store import StoreUnavailable
-from streams.unsubscribe_token import TokenKeys, read_token
+from streams.rules.unsubscribe_token import TokenKeys, read_token
 
 log = logging.getLogger("flashsend.webhook.unsubscribe")
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from flashsend import deliverability, health, metrics, metrics_state
+from flashsend import deliverability, health, metrics
 from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
@@ -42,6 +42,7 @@ from producers.sns_verify import CertificateSource, VerifierPolicy
 from producers.unsubscribe_endpoint import UnsubscribeEndpoint
 from producers.webhook_processes import PortTaken, supervise
 from schemas import serde
+from sinks import metrics_state
 from sinks.feedback_store import UnsubscribeStore
 
 log = logging.getLogger("flashsend.webhook")

@@ -52,7 +52,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
-from streams.backoff import backoff_delay
+from streams.rules.backoff import backoff_delay
 
 SCHEMA_DIR = Path(__file__).parent / "avro"
 _FILE = re.compile(r"^(?P<name>[a-z_]+)\.v(?P<version>\d+)\.avsc$")

@@ -16,8 +16,8 @@ from sinks.resolution_store import UnknownRowsStore
 from sinks.schedule_store import ScheduleStore, schedule_summary
 from sinks.seed_store import SeedStore, hold_summary
 from sinks.variant_store import VariantStore, variants_summary
-from streams.feedback_lag import REPORT_FRESH_S
-from streams.resolution import in_doubt_summary
+from streams.rules.feedback_lag import REPORT_FRESH_S
+from streams.rules.resolution import in_doubt_summary
 
 
 def status_view(conn: psycopg.Connection[Any], campaign_id: int) -> dict[str, Any]:

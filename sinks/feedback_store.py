@@ -29,7 +29,7 @@ from sinks.offsets import Fence, PartitionOffsets, PartitionSpan, StoreUnavailab
 from sinks.pg_arrays import nullable_float_array, nullable_int_array, text_array
 from sinks.queries import query
 from sinks.resolution_store import resolve_in_doubt
-from streams.feedback_logic import FeedbackEffect, Thresholds, Window, pause_reason
+from streams.rules.feedback_logic import FeedbackEffect, Thresholds, Window, pause_reason
 
 log = logging.getLogger("flashsend.feedback.store")
 
@@ -140,7 +140,7 @@ class FeedbackStore:
 
     async def report_progress(self, waiting: Mapping[int, float | None]) -> None:
         """The agent's lag report: per partition, since when (epoch seconds) its oldest event
-        not yet applied has waited, None when none waits (streams.feedback_lag)."""
+        not yet applied has waited, None when none waits (streams.rules.feedback_lag)."""
         partitions = sorted(waiting)
         try:
             async with self._pool.connection() as conn:

@@ -25,7 +25,7 @@ from psycopg.types.json import Jsonb
 from flashsend.errors import NotFound, UsageError
 from sinks.mail_store import cancel_outcome, lifecycle_params
 from sinks.queries import query
-from streams.mail_logic import CancelResult, Delivery
+from streams.rules.mail_logic import CancelResult, Delivery
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from sinks.offsets import Fence, PartitionOffsets, PartitionSpan, StoreUnavailable
 from sinks.queries import query
-from streams.mail_logic import (
+from streams.rules.mail_logic import (
     CancelMail,
     CancelResult,
     Command,

@@ -24,8 +24,8 @@ from psycopg.types.json import Jsonb
 from flashsend.errors import NotFound
 from sinks.mail_enqueue import Enqueued, cancel_mail, enqueue_mail
 from sinks.queries import query
-from streams.field_domains import epoch_ms_problem, key_problem, text_problem, uuid_problem
-from streams.mail_logic import (
+from streams.rules.field_domains import epoch_ms_problem, key_problem, text_problem, uuid_problem
+from streams.rules.mail_logic import (
     DEFAULT_TEMPLATES,
     CancelResult,
     confirmation_key,

@@ -18,7 +18,7 @@ from flashsend.errors import NotFound, UsageError
 from sinks.audit_store import Actor, record
 from sinks.pg_arrays import text_array
 from sinks.queries import query
-from streams.promo_codes import Pattern, draw_codes, pool_refusal
+from streams.rules.promo_codes import Pattern, draw_codes, pool_refusal
 
 _LISTED = 5  # codes already in the pool named in an import's error
 _DRAWS = 20  # rounds of drawing again for codes the pool already held

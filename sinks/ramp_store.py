@@ -1,4 +1,5 @@
-"""A campaign's rate ramp as `campaign status` shows it (streams/ramp.py, sinks/sql/ramp.sql)."""
+"""A campaign's rate ramp as `campaign status` shows it (streams/rules/ramp.py,
+sinks/sql/ramp.sql)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import psycopg
 
 from flashsend.errors import NotFound
 from sinks.queries import query
-from streams.ramp import effective_rate, format_ramp, position, ramp_from_rows
+from streams.rules.ramp import effective_rate, format_ramp, position, ramp_from_rows
 
 
 def ramp_status(conn: psycopg.Connection[Any], campaign_id: int) -> dict[str, Any] | None:

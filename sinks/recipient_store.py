@@ -88,7 +88,7 @@ class LiveCampaign:
     name: str
     partition_weights: list[int] | None = None  # recipients per partition at first produce
     variants: list[dict[str, Any]] | None = None  # an A/B test's [{name, template, percent}]
-    ramp: list[dict[str, float]] | None = None  # a rate ramp's [{at_s, rate}] (streams/ramp.py)
+    ramp: list[dict[str, float]] | None = None  # a rate ramp's [{at_s, rate}] (rules/ramp.py)
     sending_elapsed_s: float = 0.0  # seconds spent sending, as of the read (the ramp's clock)
     channel: str = "email"  # "sms": template is the body, from_address the origination id
     rate_unit: str = "messages"  # what rate_limit counts; "segments" only for SMS

@@ -20,7 +20,7 @@ from flashsend.errors import NotFound, UsageError
 from sinks.audit_store import Actor, record
 from sinks.pg_arrays import int_array, text_array
 from sinks.queries import query
-from streams.resolution import EventProof, resend_refusal, settle
+from streams.rules.resolution import EventProof, resend_refusal, settle
 
 # Same key as reconcile's lock: a resend and a reconcile pass of one campaign never overlap.
 RECONCILE_LOCK = 0x5EC0

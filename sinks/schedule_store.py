@@ -19,7 +19,7 @@ from psycopg import sql
 
 from flashsend.errors import NotFound, UsageError
 from sinks.queries import query
-from streams.send_plan import Schedule
+from streams.rules.send_plan import Schedule
 
 
 @dataclass(frozen=True)

@@ -17,14 +17,14 @@ from psycopg import sql
 from flashsend.errors import NotFound
 from sinks.audit_store import Actor, record
 from sinks.queries import query
-from streams.seed_list import HoldState
+from streams.rules.seed_list import HoldState
 
 
 @dataclass(frozen=True)
 class SeedPlan:
     """What `campaign start --seed-list FILE --hold D` adds to the snapshot."""
 
-    emails: list[str]  # normalised, each once (streams.seed_list.parse_seed_list)
+    emails: list[str]  # normalised, each once (streams.rules.seed_list.parse_seed_list)
     hold_s: float
 
 

@@ -2,7 +2,7 @@
 
 The client is created with SDK retries OFF: SES has no idempotency key, so a retried
 SendBulkEmail after a read timeout could send the whole batch twice. We decide retries
-ourselves (streams.outcomes). Parameter validation is off too (it costs ~30 % of the client's
+ourselves (streams.rules.outcomes). Parameter validation is off too (it costs ~30 % of the client's
 CPU per call); we validate entries ourselves (≤ 50 per call, tag characters).
 """
 

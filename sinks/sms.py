@@ -3,7 +3,7 @@ Messaging SMS). botocore errors never leave it: they become `SmsCallFailed`.
 
 It sits beside `sinks.ses.SesSender` and is built the same way: SDK retries OFF (no
 idempotency key: a retried SendTextMessage after a read timeout could text someone twice),
-parameter validation off (the caller validates: E.164 numbers, streams.phones), one client per
+parameter validation off (the caller validates: E.164 numbers, streams.rules.phones), one client per
 worker sized to the calls in flight. One message per call: the API has no bulk operation.
 """
 

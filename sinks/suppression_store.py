@@ -1,6 +1,6 @@
 """The suppression list for admins (sinks/sql/suppressions.sql): list, look up, add and remove
 an address, each change with its audit row in the same transaction. Addresses are kept
-normalised (streams.addresses.normalise_email), as the sender and the feedback agent key them.
+normalised (streams.rules.addresses.normalise_email), as the sender and the feedback agent key them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from psycopg.rows import dict_row
 from flashsend.errors import Conflict, NotFound
 from sinks.audit_store import Actor, record
 from sinks.queries import query
-from streams.addresses import normalise_email
+from streams.rules.addresses import normalise_email
 
 
 def _plain(row: dict[str, Any]) -> dict[str, Any]:

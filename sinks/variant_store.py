@@ -18,7 +18,7 @@ import psycopg
 from flashsend.errors import NotFound, UsageError
 from sinks.audit_store import Actor, record
 from sinks.queries import query
-from streams.ab_test import Variant, VariantCounts
+from streams.rules.ab_test import Variant, VariantCounts
 
 # Per-variant figures shown by status and report, in this order.
 COUNTED = ("sent", "delivered", "bounced", "complained", "opened", "clicked")

@@ -13,11 +13,12 @@ import faust
 from faust.types import TP
 from psycopg_pool import AsyncConnectionPool
 
-from flashsend import deliverability, health, metrics_state
+from flashsend import deliverability, health
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
 from producers.reconcile import Reconciler
 from schemas import serde
+from sinks import metrics_state
 from sinks.offsets import Assignment
 from sinks.push import PushSender, make_push_client
 from sinks.push_store import PushStore

@@ -15,8 +15,8 @@ import time
 import psycopg
 
 from sinks.recipient_store import LiveCampaign, RecipientStore, StoreUnavailable
-from streams.feedback_lag import REPORT_FRESH_S, FeedbackGate
-from streams.ramp import RampStep, effective_rate, ramp_from_rows, sending_elapsed
+from streams.rules.feedback_lag import REPORT_FRESH_S, FeedbackGate
+from streams.rules.ramp import RampStep, effective_rate, ramp_from_rows, sending_elapsed
 
 log = logging.getLogger("flashsend.campaigns")
 

@@ -3,10 +3,10 @@
 The claim, the offset fence, the lanes, the pacing and the pause checks (streams.sender) are
 the same for every channel. What differs is behind `Channel.send`: how the rows of one lane
 call become provider requests (one SendBulkEmail for up to 50 emails; one SendTextMessage per
-SMS), how each answer maps to a recipient status (streams.outcomes, streams.sms_outcomes), and
-which address check applies (streams.addresses, streams.phones). Email's implementation is the
-sender's own `call_ses`; SMS's is streams.sms_channel.SmsChannel. A push channel would be a
-third implementation and a value of campaigns.channel.
+SMS), how each answer maps to a recipient status (streams.rules.outcomes,
+streams.rules.sms_outcomes), and which address check applies (streams.rules.addresses,
+streams.rules.phones). Email's implementation is the sender's own `call_ses`; SMS's is
+streams.sms_channel.SmsChannel, push's streams.push_channel.PushChannel.
 """
 
 from __future__ import annotations

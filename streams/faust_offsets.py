@@ -39,7 +39,7 @@ from mode.services import WaitResults
 
 from flashsend import health, metrics
 from sinks.offsets import Assignment, PartitionOffsets, StoreUnavailable
-from streams.backoff import backoff_delay
+from streams.rules.backoff import backoff_delay
 
 log = logging.getLogger("flashsend.offsets")
 

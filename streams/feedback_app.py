@@ -22,17 +22,18 @@ import faust
 from faust.types import TP
 from psycopg_pool import AsyncConnectionPool
 
-from flashsend import deliverability, health, metrics, metrics_state
+from flashsend import deliverability, health, metrics
 from flashsend.logs import logging_config
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
 from producers.mail_topics import ensure_mail_topics
 from schemas import serde
+from sinks import metrics_state
 from sinks.feedback_store import FeedbackStore
 from sinks.offsets import Assignment, StoreUnavailable
 from streams import faust_offsets
 from streams.feedback_ingest import FeedbackIngest, Prepared
-from streams.feedback_lag import REPORT_EVERY_S
+from streams.rules.feedback_lag import REPORT_EVERY_S
 
 log = logging.getLogger("flashsend.feedback.app")
 
@@ -95,7 +96,7 @@ class FeedbackRuntime:
         return starts
 
     async def report_lag(self, consumer: Any) -> None:
-        """The lag report campaign workers hold their calls on (streams.feedback_lag)."""
+        """The lag report campaign workers hold their calls on (streams.rules.feedback_lag)."""
         if self.store is None or self.ingest is None:
             return
         progress = self.ingest.progress
@@ -158,7 +159,7 @@ def create_feedback_app(settings: Settings) -> FeedbackApp:
             broker_max_poll_records=MAX_POLL_RECORDS,
             # The records never pass through Faust's stream or its acks (the batch loop):
             # Faust's stall checks would log a working agent as stuck every few minutes. Its
-            # health is the lag it reports (streams/feedback_lag.py).
+            # health is the lag it reports (streams/rules/feedback_lag.py).
             stream_processing_timeout=FAUST_STALL_CHECKS_OFF_S,
         ),
     )

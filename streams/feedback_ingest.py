@@ -3,14 +3,14 @@
 mail.events is shared. The `flashsend.schema` header says whose a record is:
 - `ses_event` (the SNS webhook: SES events, and SMS events in the same contract) and
   `unsubscribed` (the webhook's outbox) are ours: decoded, turned into effects (pure,
-  `streams.feedback_logic`, `streams.sms_feedback`); one of ours that cannot be decoded goes to
-  the DLQ at once (a poison record must not block the partition);
+  `streams.rules.feedback_logic`, `streams.rules.sms_feedback`); one of ours that cannot be decoded
+  goes to the DLQ at once (a poison record must not block the partition);
 - anything else — the transactional mail service's `mail_lifecycle` events, or a schema added
   later by someone else — is not ours: skipped and counted, never dead-lettered. Its offset still
   advances with the batch.
 
-A record of ours with a field outside its domain (streams.field_domains) is poison too. A batch
-whose data PostgreSQL refuses anyway (RecordsRejected) is applied again one record at a time;
+A record of ours with a field outside its domain (streams.rules.field_domains) is poison too. A
+batch whose data PostgreSQL refuses anyway (RecordsRejected) is applied again one record at a time;
 the record refused alone goes to the DLQ. A schema registry that does not answer is waited out
 (schemas.serde.wait_for_writer_schemas), never taken for poison.
 
@@ -36,11 +36,11 @@ from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
 from schemas.serde import AvroCodec, SerdeError, wait_for_writer_schemas
 from sinks.feedback_store import ApplyOutcome, FeedbackStore
 from sinks.offsets import PartitionSpan, RecordsRejected, StoreUnavailable
-from streams.backoff import backoff_delay
-from streams.feedback_lag import ProgressTracker
-from streams.feedback_logic import FeedbackEffect, record_problem, unsubscribe_effect
 from streams.mail_ingest import Record
-from streams.sms_feedback import event_effect
+from streams.rules.backoff import backoff_delay
+from streams.rules.feedback_lag import ProgressTracker
+from streams.rules.feedback_logic import FeedbackEffect, record_problem, unsubscribe_effect
+from streams.rules.sms_feedback import event_effect
 
 log = logging.getLogger("flashsend.feedback")
 

@@ -23,21 +23,22 @@ from typing import Any
 import faust
 from psycopg_pool import AsyncConnectionPool
 
-from flashsend import health, metrics_state
+from flashsend import health
 from flashsend.logs import logging_config
 from flashsend.settings import Settings
 from producers.dlq import DeadLetterProducer
 from producers.mail_topics import ensure_mail_topics, topic_retention_s
 from producers.outbox_relay import OutboxRelay, RelayConfig
 from schemas import serde
+from sinks import metrics_state
 from sinks.mail_store import MailStore, StoreUnavailable
 from sinks.offsets import Assignment
 from sinks.ses import SesSender, make_client
 from streams import faust_offsets
-from streams.backoff import RetryPolicy
 from streams.mail_ingest import MailIngest
-from streams.mail_logic import ConfigError, check_lease, purge_horizon
 from streams.mail_sender import MailSender, MailSenderConfig
+from streams.rules.backoff import RetryPolicy
+from streams.rules.mail_logic import ConfigError, check_lease, purge_horizon
 
 log = logging.getLogger("flashsend.mail.app")
 

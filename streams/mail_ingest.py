@@ -28,8 +28,8 @@ from producers.dlq import DeadLetter, DeadLetterFailed, DeadLetterProducer
 from schemas.serde import AvroCodec, SerdeError, wait_for_writer_schemas
 from sinks.mail_store import IngestOutcome, MailStore
 from sinks.offsets import PartitionSpan, RecordsRejected, StoreUnavailable
-from streams.backoff import backoff_delay
-from streams.mail_logic import (
+from streams.rules.backoff import backoff_delay
+from streams.rules.mail_logic import (
     CancelMail,
     Command,
     CreateMail,

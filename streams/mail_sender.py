@@ -9,7 +9,7 @@ account's MaxSendRate, kept free by the campaign preflight), and runs in a threa
 blocking) with SDK retries off. The claim also ends rows whose address is suppressed (bounce,
 complaint, manual: sinks/sql/mail.sql claim_due_mail) without any call; they only show up here
 as `suppressed` in the stats and the log. A claimed row whose address fails
-`streams.addresses.is_valid_email` ends `failed` ('invalid_address:<why>') without a call.
+`streams.rules.addresses.is_valid_email` ends `failed` ('invalid_address:<why>') without a call.
 
 The duplicate window is one provider call: between SES accepting a mail and our
 `mark_mail_sent` committing. A worker killed inside it leaves the row `sending`; at-least-once
@@ -37,10 +37,10 @@ import psycopg
 from flashsend import metrics
 from sinks.mail_store import ClaimedMail, MailStore, StoreUnavailable, Transition
 from sinks.ses import SesCallFailed, SesSender
-from streams.addresses import is_valid_email
-from streams.backoff import RetryPolicy, backoff_delay
-from streams.mail_logic import Decision, Delivery, Next, decide_after_call
-from streams.throttle import Gcra
+from streams.rules.addresses import is_valid_email
+from streams.rules.backoff import RetryPolicy, backoff_delay
+from streams.rules.mail_logic import Decision, Delivery, Next, decide_after_call
+from streams.rules.throttle import Gcra
 
 log = logging.getLogger("flashsend.mail.sender")
 
@@ -66,7 +66,7 @@ class SenderStats:
     unknown: int = 0
     cancelled: int = 0
     suppressed: int = 0  # ended at the claim: the address is on the suppression list
-    invalid_address: int = 0  # ended before the call: streams.addresses.is_valid_email
+    invalid_address: int = 0  # ended before the call: streams.rules.addresses.is_valid_email
     fenced: int = 0
     expired: int = 0
     max_send_s: float = 0.0

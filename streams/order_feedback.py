@@ -27,7 +27,7 @@ from producers.dlq import DeadLetter, DeadLetterProducer, record_headers
 from schemas import serde
 from schemas.serde import RegistryUnavailable, SerdeError
 from sinks.order_store import MailEvent, apply_mail_event
-from streams.backoff import backoff_delay
+from streams.rules.backoff import backoff_delay
 
 log = logging.getLogger("flashsend.orders.feedback")
 

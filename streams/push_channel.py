@@ -21,7 +21,7 @@ to its lane (`retry`) only when none of its publishes may have reached SNS (all 
 refused before the request, or stopped before their turn). A row with one device published
 and another throttled keeps its call: the throttled publishes are tried again here, after a
 backoff, while the campaign is sending; those still unsent when it stops are reported in the
-row's reason (`unsent:N`). Each device's answer maps through streams.push_outcomes; a row is
+row's reason (`unsent:N`). Each device's answer maps through streams.rules.push_outcomes; a row is
 `sent` when at least one device took its notification (reason `devices:<sent>/<total>` plus
 what happened to the others when not all did), `unknown` when none did and one may have,
 `failed` or `skipped` otherwise.
@@ -44,8 +44,8 @@ from sinks.push import Notification, PushCallFailed, PushSender
 from sinks.push_store import DeviceEndpoint, PushStore
 from sinks.recipient_store import ClaimedRecipient, LiveCampaign, RowResult
 from streams.call_outcome import CallOutcome
-from streams.push_message import PushContent, build_message, disabled_ids, endpoint_ids
-from streams.push_outcomes import DeviceOutcome, DeviceVerdict, classify_publish_error
+from streams.rules.push_message import PushContent, build_message, disabled_ids, endpoint_ids
+from streams.rules.push_outcomes import DeviceOutcome, DeviceVerdict, classify_publish_error
 from streams.sms_channel import QUIET_HOURS, body_values, message_context, past_deadline
 
 API = "Publish"

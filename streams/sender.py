@@ -57,13 +57,13 @@ from sinks.recipient_store import (
     StoreUnavailable,
 )
 from sinks.ses import BulkEntry, CallClock, EntryStatus, SesCallFailed, SesSender
-from streams.addresses import is_valid_email
-from streams.backoff import backoff_delay
 from streams.call_outcome import CallOutcome
-from streams.call_split import Bisection
 from streams.campaign_state import CampaignCache
 from streams.channel import Channel
-from streams.outcomes import (
+from streams.rules.addresses import is_valid_email
+from streams.rules.backoff import backoff_delay
+from streams.rules.call_split import Bisection
+from streams.rules.outcomes import (
     Outcome,
     classify_call_error,
     is_campaign_fatal,
@@ -72,8 +72,8 @@ from streams.outcomes import (
     is_throttle,
     map_bulk_response,
 )
-from streams.share_plan import share_plan
-from streams.throttle import Aimd, WindowPacer, split_rate, takeover_hold_until
+from streams.rules.share_plan import share_plan
+from streams.rules.throttle import Aimd, WindowPacer, split_rate, takeover_hold_until
 
 log = logging.getLogger("flashsend.sender")
 
@@ -104,7 +104,7 @@ LEAD_CAP_S = 0.1
 # waits out the rest right before the request goes out: the hop to the thread, serialising
 # and signing then happen before the room instead of inside the window's count.
 HANDOFF_S = 0.05
-# A partition's share of a campaign's limit moves between partitions (streams.share_plan); a
+# A partition's share of a campaign's limit moves between partitions (streams.rules.share_plan); a
 # lane takes the least it had from this long ago on: the window, plus the hand-off, plus
 # 0.25 s for a request to reach SES and 0.1 s for the workers' reads of the sending clock.
 PLAN_HOLD_S = WINDOW_S + HANDOFF_S + 0.25 + 0.1
@@ -422,7 +422,7 @@ class Lane:
     def _pacer(self, campaign: LiveCampaign, ahead: float) -> tuple[WindowPacer, Aimd]:
         """The campaign's pacer on this lane, its budget the least the share plan gives this
         partition from PLAN_HOLD_S ago on the sending clock to `ahead` seconds from now
-        (streams.share_plan), or the AIMD rate's share while SES throttles."""
+        (streams.rules.share_plan), or the AIMD rate's share while SES throttles."""
         s = self._sender
         partitions = s.config.partitions
         clock = s.campaigns.sending_clock(campaign)
@@ -690,7 +690,7 @@ class CampaignSender:
             "sent": 0,
             "failed": 0,
             "unknown": 0,
-            "refused_calls": 0,  # calls SES refused whole, then split (streams.call_split)
+            "refused_calls": 0,  # calls SES refused whole, then split (streams.rules.call_split)
             "registry_retries": 0,  # schema registry lookups retried (it did not answer)
             "feedback_waits": 0,  # a lane's waits while the feedback agent was behind
         }
@@ -1135,7 +1135,7 @@ class CampaignSender:
         self, campaign: Any, rows: list[ClaimedRecipient], not_before: float
     ) -> CallOutcome:
         """Send `rows` (one campaign) in one SES call, or in several when SES refuses the call
-        whole for some of its entries (split until they are isolated: streams.call_split).
+        whole for some of its entries (split until they are isolated: streams.rules.call_split).
 
         A row whose address fails `is_valid_email` (the check the snapshot's users.email_ok
         makes too) never goes into a call: skipped, `invalid_email:<why>`. The lane paces the

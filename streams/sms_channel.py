@@ -11,12 +11,12 @@ unknown, and a pause lets at most one call's messages out per lane (each message
 campaign right before its request; those not started yet go back to the lane, which
 releases them).
 
-Numbers are checked before any request (streams.phones): an invalid one is skipped,
+Numbers are checked before any request (streams.rules.phones): an invalid one is skipped,
 `invalid_phone:<why>`. Quiet hours: a row whose local send window has ended (its
 `send_before`, set at snapshot) is skipped, `quiet_hours`, before its request, checked when
 the call is built and again right before the request (a message can wait for a free
-thread). Each answer maps through streams.sms_outcomes. Segments of every
-message sent are counted (streams.sms_text) in `flashsend_sms_segments_total`.
+thread). Each answer maps through streams.rules.sms_outcomes. Segments of every
+message sent are counted (streams.rules.sms_text) in `flashsend_sms_segments_total`.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from flashsend import metrics
 from sinks.recipient_store import ClaimedRecipient, LiveCampaign, RowResult
 from sinks.sms import SmsCallFailed, SmsSender, TextMessage
 from streams.call_outcome import CallOutcome
-from streams.phones import INVALID_PHONE, normalise_phone, phone_problem
-from streams.sms_outcomes import TextOutcome, classify_text_error
-from streams.sms_text import count_segments, render_body
+from streams.rules.phones import INVALID_PHONE, normalise_phone, phone_problem
+from streams.rules.sms_outcomes import TextOutcome, classify_text_error
+from streams.rules.sms_text import count_segments, render_body
 
 API = "SendTextMessage"
 QUIET_HOURS = "quiet_hours"
@@ -73,7 +73,7 @@ def message_context(row: ClaimedRecipient) -> dict[str, str]:
 def row_segments(campaign: LiveCampaign, row: ClaimedRecipient) -> int:
     """The segments `send` sends for `row`: its body rendered as `send` renders it; 0 for an
     invalid number or a row past its send window (skipped without a request). A campaign
-    limited in segments charges each row this much (campaigns.rate_unit, streams.throttle
+    limited in segments charges each row this much (campaigns.rate_unit, streams.rules.throttle
     WindowPacer.admit_costs)."""
     if phone_problem(normalise_phone(row.email)) is not None or past_deadline(row, utc_now()):
         return 0

@@ -16,10 +16,10 @@ from producers.campaign_ops import DEFAULT_TEMPLATE, AbTest
 from sinks.api_key_store import ApiKeyStore
 from sinks.resolution_store import ResendPlan
 from sinks.seed_store import SeedPlan
-from streams.ab_test import check_variants, parse_duration, parse_variant
-from streams.ramp import parse_ramp
-from streams.seed_list import DEFAULT_HOLD_S, parse_seed_list
-from streams.send_plan import schedule_from_flags
+from streams.rules.ab_test import check_variants, parse_duration, parse_variant
+from streams.rules.ramp import parse_ramp
+from streams.rules.seed_list import DEFAULT_HOLD_S, parse_seed_list
+from streams.rules.send_plan import schedule_from_flags
 
 
 def _field(field: str, exc: Exception) -> ApiProblem:

@@ -243,7 +243,7 @@ def resend_unknown_rows(
 ) -> JSONResponse:
     from flashsend.api.campaign_input import plan_id
     from producers.resend_unknown import check_feedback_caught_up, plan_resend, resend_unknown
-    from streams.resolution import parse_duration
+    from streams.rules.resolution import parse_duration
 
     settings = _state(request).settings
     try:

@@ -17,7 +17,7 @@ from flashsend.api.state import ApiState
 from sinks.audit_store import record
 from sinks.promo_store import PromoStore
 from sinks.suppression_store import SuppressionStore
-from streams.promo_codes import (
+from streams.rules.promo_codes import (
     PatternError,
     PoolFileError,
     check_count,

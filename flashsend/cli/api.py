@@ -149,7 +149,7 @@ def _connect(settings: Settings) -> psycopg.Connection[Any]:
 def parse_expiry(text: str | None, now: datetime) -> datetime | None:
     if text is None:
         return None
-    from streams.ab_test import parse_duration
+    from streams.rules.ab_test import parse_duration
 
     seconds = parse_duration(text)
     if seconds <= 0:

@@ -30,11 +30,11 @@ from sinks.ramp_store import format_ramp_status, ramp_status
 from sinks.schedule_store import ScheduleStore, schedule_summary
 from sinks.seed_store import SeedPlan
 from sinks.variant_store import COUNTED, VariantStore, variants_summary
-from streams.ab_test import WINNER_BY, check_variants, parse_duration, parse_variant
-from streams.feedback_lag import REPORT_FRESH_S
-from streams.ramp import parse_ramp
-from streams.seed_list import DEFAULT_HOLD_S, SeedListError, parse_seed_list
-from streams.send_plan import schedule_from_flags
+from streams.rules.ab_test import WINNER_BY, check_variants, parse_duration, parse_variant
+from streams.rules.feedback_lag import REPORT_FRESH_S
+from streams.rules.ramp import parse_ramp
+from streams.rules.seed_list import DEFAULT_HOLD_S, SeedListError, parse_seed_list
+from streams.rules.send_plan import schedule_from_flags
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -128,7 +128,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     from flashsend.lab.demo import DemoOptions, run_demo
     from flashsend.lab.run import sigterm_interrupts
-    from streams.ab_test import parse_duration
+    from streams.rules.ab_test import parse_duration
 
     settings = load_settings()
     with sigterm_interrupts():

@@ -309,7 +309,8 @@ def cmd_relay(args: argparse.Namespace) -> int:
         print(json.dumps(relay.run_once().__dict__))
         relay.close()
         return 0
-    from flashsend import health, metrics_state  # /metrics and probes of the relay
+    from flashsend import health
+    from sinks import metrics_state  # /metrics and probes of the relay
 
     metrics_state.start(settings, "relay" if args.outbox == "orders" else "mail")
     stop = threading.Event()

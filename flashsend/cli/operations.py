@@ -122,7 +122,7 @@ def print_plan(plan: Any) -> None:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from producers.replay import apply_replay, plan_replay, resolve
-    from streams.replay_plan import blocking
+    from streams.rules.replay_plan import blocking
 
     settings = load_settings()
     binding = resolve(settings, args.group, args.topic)

@@ -12,7 +12,7 @@ from flashsend.errors import UsageError
 from flashsend.settings import load_settings
 from sinks.audit_store import Actor
 from sinks.promo_store import PromoStore
-from streams.promo_codes import (
+from streams.rules.promo_codes import (
     ALPHABET,
     DEFAULT_PATTERN,
     MAX_CODE_LENGTH,

@@ -9,7 +9,7 @@ from typing import Any
 from flashsend.errors import FlashsendError, UsageError
 from flashsend.settings import load_settings
 from sinks.audit_store import Actor
-from streams.resolution import RESEND_FROM, parse_duration
+from streams.rules.resolution import RESEND_FROM, parse_duration
 
 SAMPLE = 10
 

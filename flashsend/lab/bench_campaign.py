@@ -28,7 +28,7 @@ from flashsend.settings import Settings
 from producers.campaign import start_campaign
 from producers.campaign_ops import create_campaign
 from sinks.campaign_store import CampaignStore, Progress
-from streams.feedback_lag import REPORT_FRESH_S, FeedbackGate
+from streams.rules.feedback_lag import REPORT_FRESH_S, FeedbackGate
 
 # Progress is read from trigger-kept counters (a few hundred rows whatever the campaign's
 # size), so polling it often costs nothing measurable.

@@ -3,7 +3,7 @@
 During the run, SES's events settle rows in doubt as in production: the stand-in publishes
 them (signed SNS) to a real `flashsend webhook` process subscribed for the run's own
 configuration set, which puts them on mail.events, where a real feedback worker applies them
-(streams/resolution.py). Only `Send` and `Reject` are subscribed: they settle every row the
+(streams/rules/resolution.py). Only `Send` and `Reject` are subscribed: they settle every row the
 stand-in accepted, and Delivery would double the events without settling anything more.
 
 After the run, each row that is or was `unknown` is looked up at the stand-in (by address,
@@ -31,7 +31,7 @@ from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
 from infra.ses_standin.events_admin import SesEventsAdmin, lost
 from producers.resend_unknown import feedback_offsets
-from streams.resolution import EVENT_BEFORE_ANSWER, RESOLVED_BY_EVENT
+from streams.rules.resolution import EVENT_BEFORE_ANSWER, RESOLVED_BY_EVENT
 
 EVENT_TYPES = ("Send", "Reject")
 MAX_LOOKUPS = 50_000  # rows looked up at the stand-in; beyond, the figures are left out

@@ -52,7 +52,7 @@ def prepare(settings: Settings, users: int, promo: bool) -> tuple[int, list[int]
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         if promo:
             from sinks.promo_store import PromoStore
-            from streams.promo_codes import parse_pattern
+            from streams.rules.promo_codes import parse_pattern
 
             PromoStore(conn).generate(cid, parse_pattern("{10}"), users)
         snapshot(conn, cid, settings.audience_condition)

@@ -44,9 +44,9 @@ from sinks.promo_store import PromoStore
 from sinks.ses import SesSender, make_client
 from sinks.users import fill_phones, seed_users
 from sinks.variant_store import VariantStore, variants_summary
-from streams.ab_test import Variant, choose_winner, winner_due
-from streams.ramp import RampStep, format_ramp, parse_ramp
-from streams.send_plan import schedule_from_flags
+from streams.rules.ab_test import Variant, choose_winner, winner_due
+from streams.rules.ramp import RampStep, format_ramp, parse_ramp
+from streams.rules.send_plan import schedule_from_flags
 
 PROGRESS_POLL_S = 2.0  # the progress line's refresh
 # A recipient's statuses, each counted in the summary.
@@ -186,7 +186,7 @@ PROMO_PATTERN = "DEMO-{8}"
 
 def create_pool(settings: Settings, campaign_id: int, count: int) -> None:
     """A pool of `count` generated codes for a draft campaign."""
-    from streams.promo_codes import parse_pattern
+    from streams.rules.promo_codes import parse_pattern
 
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         PromoStore(conn).generate(campaign_id, parse_pattern(PROMO_PATTERN), count)

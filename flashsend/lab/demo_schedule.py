@@ -18,7 +18,7 @@ import psycopg
 from flashsend.settings import Settings
 from producers.reconcile import Reconciler
 from sinks.schedule_store import ScheduleStore, schedule_summary
-from streams.send_plan import Schedule
+from streams.rules.send_plan import Schedule
 
 # Zones the demo spreads its users over (by user id): a day's worth of offsets, one of them
 # unknown on purpose (counted, sent as the default zone).

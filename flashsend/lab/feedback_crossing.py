@@ -23,7 +23,7 @@ from flashsend.lab.feedback_run import end_offsets
 from flashsend.settings import Settings
 from schemas import serde
 from streams.feedback_ingest import SCHEMA_HEADER
-from streams.feedback_logic import Thresholds, Window, pause_reason, ses_effect
+from streams.rules.feedback_logic import Thresholds, Window, pause_reason, ses_effect
 
 
 @dataclass(frozen=True)

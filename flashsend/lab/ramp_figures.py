@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from streams.ramp import RampStep
+from streams.rules.ramp import RampStep
 
 # The stand-in answers at most 100,000 buckets; a finer bucket is a more exact window.
 MAX_BUCKETS = 100_000

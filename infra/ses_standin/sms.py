@@ -22,8 +22,8 @@ from typing import Any
 from infra.ses_standin.faults import FaultConfig
 from infra.ses_standin.limits import TokenBucket
 from infra.ses_standin.stats import max_in_window, sort_points
-from streams.sms_feedback import opt_out_keyword
-from streams.sms_text import count_segments
+from streams.rules.sms_feedback import opt_out_keyword
+from streams.rules.sms_text import count_segments
 
 # What one segment costs (USD), for the spend limit: a flat price, the US rate's order.
 SEGMENT_PRICE_USD = 0.00581

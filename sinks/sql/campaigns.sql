@@ -79,7 +79,7 @@ SELECT status, count(*) AS n FROM campaign_recipients
 -- Everything `campaign status` shows, from the trigger-kept counters (migration 0010): a sum
 -- over at most 64 x 7 rows, whatever the campaign's size. Counting the rows themselves took
 -- 0.9-2 s on 860k recipients (no index on status by design, seed trap 5). A seed list's
--- rows (user id < 0, streams/seed_list.py) are counted apart in `seed`, through the
+-- rows (user id < 0, streams/rules/seed_list.py) are counted apart in `seed`, through the
 -- (campaign_id, user_id) index: CampaignStore.progress takes them out of the audience's
 -- figures, and one statement keeps both counts of one snapshot.
 SELECT c.id, c.name, c.status, c.reason, c.rate_limit, c.rate_unit, c.channel, c.recipients,
@@ -136,7 +136,7 @@ SELECT floor(extract(epoch FROM sent_at - first.t) / %(bucket_s)s)::int AS bucke
 -- name: feedback_lag
 -- Seconds the feedback agent's oldest unapplied event has waited, from the reports younger
 -- than %(fresh_s)s: 0 when none is behind, NULL when no agent reports. Polled with
--- live_campaigns; a handful of rows (streams/feedback_lag.py).
+-- live_campaigns; a handful of rows (streams/rules/feedback_lag.py).
 SELECT CASE WHEN count(*) > 0
             THEN coalesce(extract(epoch FROM now() - min(waiting_since))::float8, 0) END
   FROM feedback_progress

@@ -113,7 +113,7 @@ SELECT (SELECT count(*) FROM fresh) AS fresh,
          AS campaigns;
 
 -- name: auto_pause_campaign
--- The agent decided (streams.feedback_logic.pause_reason) in this same transaction, on the
+-- The agent decided (streams.rules.feedback_logic.pause_reason) in this same transaction, on the
 -- counters it just wrote under their row lock. Only a campaign still sending is paused; the
 -- window restarts from the current counters, so after a resume the rates are judged on new mail.
 WITH paused AS (
@@ -170,7 +170,7 @@ SELECT coalesce(sum(rate_limit), 0) FROM campaigns
  WHERE id <> %(id)s AND status IN ('snapshotting', 'sending', 'paused') AND channel = 'email';
 
 -- name: report_feedback_progress
--- The agent's lag report (streams/feedback_lag.py): per partition of mail.events it owns,
+-- The agent's lag report (streams/rules/feedback_lag.py): per partition of mail.events it owns,
 -- since when (epoch seconds) its oldest event not yet applied has waited; NULL: none waits.
 INSERT INTO feedback_progress AS f (topic, partition, waiting_since, reported_at)
 SELECT %(topic)s, r.p, to_timestamp(r.w), now()

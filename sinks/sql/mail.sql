@@ -83,7 +83,7 @@ SELECT (SELECT coalesce(jsonb_object_agg(status, n), '{}'::jsonb)
 -- attempts + 1 is the new fencing token. Committed before SES is called.
 -- Suppressions are re-checked here, at the last moment (a bounce or complaint can arrive
 -- between the enqueue and the send, e.g. for delayed mail), by the normalised address
--- (streams.addresses.normalise_email = lower(btrim(...)), the key of email_suppressions). Only
+-- (streams.rules.addresses.normalise_email = lower(btrim(...)), the key of email_suppressions). Only
 -- reasons that say "this mailbox must not get mail at all" block transactional mail: a hard
 -- bounce, a complaint, or an operator's manual block. A marketing-only reason such as
 -- 'unsubscribe' does not (an order confirmation still goes to someone who opted out of
@@ -126,7 +126,7 @@ RETURNING m.id, m.dedupe_key, m.ref, m.event_id, m.attempts, m.send_errors, m.to
           due.suppressed, m.status, m.cancel_requested, m.provider_id;
 
 -- name: mark_mail_invalid_address
--- The claimed row's address cannot be sent to (streams.addresses.is_valid_email): it ends
+-- The claimed row's address cannot be sent to (streams.rules.addresses.is_valid_email): it ends
 -- `failed` with last_error 'invalid_address:<why>' and no SES call. Fenced by the token like
 -- every outcome; a cancel that arrived meanwhile makes it `cancelled` (nothing went out).
 UPDATE mail

@@ -6,7 +6,7 @@
 -- (the campaign row moved out of draft), so no ON CONFLICT either. One row per audience user
 -- whatever their number of devices; the address kept is the ids of the user's endpoints (at
 -- most %(max_devices)s of each kind, the most recently seen), comma-separated, a disabled
--- one's prefixed `d` (streams/push_message.endpoint_ids): the lanes charge a row one unit of
+-- one's prefixed `d` (streams/rules/push_message.endpoint_ids): the lanes charge a row one unit of
 -- the rate per enabled endpoint (streams/push_channel.row_publishes), the channel publishes
 -- to each of them once and names each disabled one in the row's reason. A user who turned
 -- push off is skipped, 'push_opted_out'; one without an endpoint 'no_device'; one whose

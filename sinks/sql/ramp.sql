@@ -1,4 +1,4 @@
--- Rate ramp (streams/ramp.py): the steps on the campaign row, and the sending time the ramp
+-- Rate ramp (streams/rules/ramp.py): the steps on the campaign row, and the sending time the ramp
 -- follows (migration 0024's trigger keeps sending_s and sending_since).
 
 -- name: set_campaign_ramp

@@ -6,7 +6,7 @@
 -- (users.email_key), the lowest user id with a valid address is pending and the others are
 -- skipped, 'duplicate_address' (valid spellings rank first, so an invalid one never takes the
 -- mailbox from a valid one). Invalid addresses (users.email_ok, the same check
--- as the sender's streams.addresses.is_valid_email) are skipped, 'invalid_email', so they never
+-- as the sender's streams.rules.addresses.is_valid_email) are skipped, 'invalid_email', so they never
 -- reach SES. Both are generated columns of users (migrations 0012, 0015), computed when the user
 -- row is written rather than here for every user of every campaign. Ranking duplicates is a
 -- second sort of the audience, by address (the first, by id, numbers seq); the address leads
@@ -14,13 +14,13 @@
 -- sql.format: braces doubled). {partition} is the campaign's own table, not yet attached and
 -- without indexes (sinks/recipient_partitions.py): the parent's counter trigger does not see
 -- these rows, so count_snapshot records them.
--- A/B test (streams/ab_test.py): with variant_names (and their cumulative variant_bounds
+-- A/B test (streams/rules/ab_test.py): with variant_names (and their cumulative variant_bounds
 -- in basis points) each user's variant is the first whose bound exceeds the user's bucket,
 -- md5("<campaign>:<user>") mod 10,000 (ab_test.assignment_bucket is the twin); a user in no
 -- variant is `held` until a winner is set. Without variants (NULL) the CASE never computes
--- the bucket. With a seed hold (streams/seed_list.py) every audience row that would be
+-- the bucket. With a seed hold (streams/rules/seed_list.py) every audience row that would be
 -- pending is `held` until the hold ends (release_hold); a scheduled campaign takes no seed hold.
--- A scheduled campaign (streams/send_plan.py) passes a plan: zone_names/zone_at (a local
+-- A scheduled campaign (streams/rules/send_plan.py) passes a plan: zone_names/zone_at (a local
 -- window: the user's zone's send_after, 'infinity' when its window has passed; a zone not in
 -- the plan takes entry 1, the default zone) or wave_* (engagement waves: the user's wave's
 -- start plus its slot, md5("<campaign>:<user>")'s first 32 bits modulo the wave's slot

@@ -1,8 +1,8 @@
 -- Rows in doubt: settled by SES's own events (the feedback agent), queued again by an
--- operator (`flashsend campaign resend-unknown`). Rules: streams/resolution.py.
+-- operator (`flashsend campaign resend-unknown`). Rules: streams/rules/resolution.py.
 
 -- name: resolve_in_doubt
--- One batch of proofs (streams.resolution.settle: one per row, (campaign, seq) order), in the
+-- One batch of proofs (streams.rules.resolution.settle: one per row, (campaign, seq) order), in the
 -- feedback agent's transaction that advances the fenced offsets. Safe under concurrency:
 -- every writer of a recipient row changes it only from a given status (record_results from
 -- 'sending', expire_leases from 'sending', a claim from 'pending', resend_unknown from

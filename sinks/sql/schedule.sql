@@ -1,4 +1,4 @@
--- Scheduled sending: a local-time window or engagement waves (streams/send_plan.py,
+-- Scheduled sending: a local-time window or engagement waves (streams/rules/send_plan.py,
 -- sinks/schedule_store.py, producers/send_schedule.py).
 
 -- name: set_campaign_schedule

@@ -1,4 +1,4 @@
--- Seed list first, then the audience (streams/seed_list.py, sinks/seed_store.py).
+-- Seed list first, then the audience (streams/rules/seed_list.py, sinks/seed_store.py).
 
 -- name: insert_seeds
 -- In the snapshot's transaction, into the campaign's own partition before it is attached (as

@@ -6,13 +6,13 @@ SELECT channel FROM campaigns WHERE id = %(id)s;
 -- snapshot_recipients for an SMS campaign, in the same transaction and under the same lock
 -- (the campaign row moved out of draft), so no ON CONFLICT either. The address kept is the
 -- user's normalised number (separators ` ().-` removed, a `00` prefix written `+`: the twin of
--- streams.phones.normalise_phone), valid when E.164 (the twin of phone_problem). One message
+-- streams.rules.phones.normalise_phone), valid when E.164 (the twin of phone_problem). One message
 -- per number: of the audience's users sharing a number, the lowest id with a valid number is
 -- pending, the others are skipped, 'duplicate_address'; invalid or missing numbers are
 -- skipped, 'invalid_phone' (stored as '' when missing). Numbers in the suppression table (SMS
 -- opt-outs, keyed by the normalised number) are left out, as suppressed addresses are for
 -- email. {audience} and {partition} as in snapshot_recipients (braces doubled).
--- Quiet hours (streams/send_plan.sms_schedule): with a local window (zone_names non-NULL) each
+-- Quiet hours (streams/rules/send_plan.sms_schedule): with a local window (zone_names non-NULL) each
 -- row takes its zone's send_after and send_before (the end of that window, the deadline the
 -- sender checks before each text); a row due later than %(now)s is `held` in its slot, a zone
 -- whose window of --date has passed is skipped 'window_passed', as for email; {order} is then

@@ -1,4 +1,4 @@
--- A/B test, then the winner (streams/ab_test.py, sinks/variant_store.py).
+-- A/B test, then the winner (streams/rules/ab_test.py, sinks/variant_store.py).
 
 -- name: set_campaign_variants
 -- At create, in the transaction that inserted the draft: only a draft takes variants, so a

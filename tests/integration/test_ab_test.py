@@ -26,7 +26,7 @@ from producers.reconcile import Reconciler
 from sinks.campaign_store import CampaignStore
 from sinks.ses import SesSender, make_client
 from sinks.variant_store import VariantStore, variants_summary
-from streams.ab_test import Variant, variant_for
+from streams.rules.ab_test import Variant, variant_for
 from tests.integration.campaign_helpers import admin, progress, statuses, wait_finished
 
 USERS = 3_000

@@ -16,8 +16,8 @@ from flashsend.lab.workers import WorkerPool
 from flashsend.settings import Settings
 from producers.campaign import snapshot, start_campaign
 from sinks.offsets import Assignment
-from streams.addresses import is_valid_email
 from streams.app import Runtime
+from streams.rules.addresses import is_valid_email
 from tests.integration.campaign_helpers import (
     admin,
     consumed_records,
@@ -105,7 +105,7 @@ def _fuzz(rng: random.Random, n: int) -> list[str]:
 
 def test_users_email_ok_says_what_is_valid_email_says(settings: Settings) -> None:
     """One validity check: the snapshot's (users.email_ok, computed by PostgreSQL) and the
-    sender's (streams.addresses.is_valid_email) agree on every address."""
+    sender's (streams.rules.addresses.is_valid_email) agree on every address."""
     addresses = HOSTILE + VALID_EDGES + _fuzz(random.Random(17), 20_000)
     with psycopg.connect(settings.pg_dsn) as conn:
         with conn.cursor().copy("COPY users (id, email) FROM STDIN") as copy:

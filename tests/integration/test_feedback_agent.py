@@ -21,7 +21,7 @@ from producers.ses_events import event_id
 from sinks.feedback_store import ApplyOutcome, FeedbackStore
 from sinks.offsets import Assignment
 from streams.feedback_ingest import FeedbackIngest
-from streams.feedback_logic import Thresholds
+from streams.rules.feedback_logic import Thresholds
 from tests.integration.feedback_helpers import codec, header, read_all
 
 

@@ -1,6 +1,6 @@
 """Campaigns do not outrun their feedback: a real feedback worker reports how long its oldest
 unapplied event has waited, and campaign workers hold their calls while that is over
-`feedback_max_lag_s` (streams/feedback_lag.py)."""
+`feedback_max_lag_s` (streams/rules/feedback_lag.py)."""
 
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ from infra.process import free_port
 from sinks.mail_enqueue import cancel_mail, enqueue_mail
 from sinks.ses import SesSender, make_client
 from streams.mail_app import sender_config
-from streams.mail_logic import CancelResult, Delivery, check_lease
 from streams.mail_sender import MailSender
+from streams.rules.mail_logic import CancelResult, Delivery, check_lease
 from tests.conftest import LocalStack
 from tests.integration.mail_fixtures import (
     address,

@@ -27,7 +27,7 @@ from sinks.order_store import (
 )
 from sinks.queries import query
 from sinks.recipient_store import PartitionSpan
-from streams.mail_logic import CancelMail, CancelResult, CreateMail, Delivery
+from streams.rules.mail_logic import CancelMail, CancelResult, CreateMail, Delivery
 from tests.conftest import LocalStack
 from tests.integration.mail_fixtures import (
     lifecycle,
@@ -453,7 +453,7 @@ def test_status_and_safe_resend(ms: Settings) -> None:
 def test_purge_keeps_keys_for_the_topic_retention(ms: Settings) -> None:
     """Architecture-2 trap 4 / cancel trap 5: purging dedupe keys (tombstones included)
     sooner than the broker's retention lets a replay mail old orders again."""
-    from streams.mail_logic import ConfigError, purge_horizon
+    from streams.rules.mail_logic import ConfigError, purge_horizon
 
     with pytest.raises(ConfigError):
         purge_horizon(

@@ -33,8 +33,8 @@ from sinks.mail_enqueue import cancel_mail, enqueue_mail, resend_mail
 from sinks.order_store import NewOrder, monolith_key, place_order, place_order_monolith
 from sinks.ses import SesSender, make_client
 from streams.mail_app import sender_config
-from streams.mail_logic import CancelResult
 from streams.mail_sender import MailSender
+from streams.rules.mail_logic import CancelResult
 from tests.conftest import LocalStack
 from tests.integration.mail_fixtures import (
     address,
@@ -485,7 +485,7 @@ def test_legally_required_templates_ignore_bounce_and_complaint_but_not_a_manual
 
 def test_an_invalid_address_ends_failed_without_a_call_and_the_rest_go(ms: Settings) -> None:
     """Transactional mail runs the same address check as campaigns
-    (streams.addresses.is_valid_email) before SendEmail: an address SES must not be given ends
+    (streams.rules.addresses.is_valid_email) before SendEmail: an address SES must not be given ends
     `failed` with 'invalid_address:<why>' and an EmailFailed the order service hears, with no
     call; the mail behind it is sent. Naive version: the call is made (SES refuses it, or the
     stand-in takes it) and the row's reason says nothing about the address."""

@@ -38,7 +38,7 @@ from sinks.queries import query
 from sinks.recipient_store import ClaimedRecipient, RecipientStore, RowResult
 from sinks.ses import SesSender, make_client
 from sinks.users import seed_users
-from streams.promo_codes import parse_pattern
+from streams.rules.promo_codes import parse_pattern
 from tests.integration.campaign_helpers import pending_seqs, stats, statuses, wait_finished
 from tests.integration.mail_fixtures import open_pool, run
 

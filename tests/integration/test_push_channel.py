@@ -28,7 +28,7 @@ from sinks.campaign_store import CampaignStore
 from sinks.push import Notification, PushCallFailed, PushSender, make_push_client
 from sinks.users import seed_users
 from streams.campaign_state import POLL_INTERVAL_S
-from streams.push_message import PushContent, build_message
+from streams.rules.push_message import PushContent, build_message
 from tests.integration.campaign_helpers import admin, sql, statuses, wait_finished
 
 

@@ -21,7 +21,7 @@ from producers.send_quota import DAY_S, SPREAD_MARGIN_S
 from sinks.schedule_store import ScheduleStore, schedule_summary
 from sinks.ses import SesSender, make_client
 from sinks.users import seed_users
-from streams.send_plan import Schedule, parse_window
+from streams.rules.send_plan import Schedule, parse_window
 from tests.integration.campaign_helpers import (
     admin,
     put_template,

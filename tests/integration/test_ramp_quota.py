@@ -19,7 +19,7 @@ from producers.send_quota import QuotaExceeded
 from sinks.ramp_store import ramp_status
 from sinks.ses import SesSender, make_client
 from sinks.users import seed_users
-from streams.ramp import parse_ramp
+from streams.rules.ramp import parse_ramp
 from tests.integration.campaign_helpers import (
     admin,
     put_template,

@@ -25,8 +25,8 @@ from producers.campaign_ops import AbTest, control_campaign, create_campaign, pr
 from producers.reconcile import Reconciler
 from sinks.seed_store import SeedPlan, SeedStore
 from sinks.variant_store import VariantStore
-from streams.ab_test import Variant
-from streams.seed_list import RELEASED_BY_EXPIRY
+from streams.rules.ab_test import Variant
+from streams.rules.seed_list import RELEASED_BY_EXPIRY
 from tests.integration.campaign_helpers import (
     admin,
     new_campaign,

@@ -23,7 +23,7 @@ from producers.campaign_ops import create_campaign
 from producers.reconcile import requeue_after_resume
 from sinks.campaign_store import CampaignStore
 from sinks.schedule_store import ScheduleStore, schedule_summary
-from streams.send_plan import Schedule, parse_waves, parse_window, plan_waves, wave_send_after
+from streams.rules.send_plan import Schedule, parse_waves, parse_window, plan_waves, wave_send_after
 from tests.integration.campaign_helpers import (
     admin,
     put_template,

@@ -26,7 +26,7 @@ from sinks.recipient_store import ClaimedRecipient, LiveCampaign
 from sinks.sms import SmsCallFailed, SmsSender, TextMessage, make_sms_client
 from sinks.users import fill_phones, seed_users
 from streams.campaign_state import POLL_INTERVAL_S
-from streams.phones import normalise_phone, phone_problem
+from streams.rules.phones import normalise_phone, phone_problem
 from streams.sms_channel import SmsChannel
 from tests.integration.campaign_helpers import admin, sql, statuses, wait_finished
 
@@ -83,7 +83,7 @@ def test_standin_speaks_pinpoint_sms_voice_v2(settings: Settings) -> None:
     assert invalid.value.code == "ValidationException"
 
 
-# Spellings the snapshot's SQL and streams.phones must judge alike.
+# Spellings the snapshot's SQL and streams.rules.phones must judge alike.
 PHONES = [
     "+84 912 345 601",
     "+1 (206) 555-0100",
@@ -106,7 +106,7 @@ PHONES = [
 
 
 def test_snapshot_and_sender_agree_on_numbers(settings: Settings) -> None:
-    """The SMS snapshot's SQL normalises and validates numbers as streams.phones does:
+    """The SMS snapshot's SQL normalises and validates numbers as streams.rules.phones does:
     invalid ones skipped `invalid_phone`, a number two users share sent once."""
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         for i, phone in enumerate([*PHONES, None, "+84912345601"], start=1):

@@ -24,7 +24,7 @@ from producers.campaign import start_campaign
 from producers.campaign_ops import create_campaign
 from sinks.recipient_store import ClaimedRecipient, LiveCampaign
 from sinks.sms import SmsSender, make_sms_client
-from streams.send_plan import Schedule, parse_window
+from streams.rules.send_plan import Schedule, parse_window
 from streams.sms_channel import SmsChannel
 from tests.integration.campaign_helpers import admin, reconcile_at, settled
 

@@ -1,6 +1,6 @@
 """When a campaign's rows became sendable, as a worker's campaign cache knows it: the new owner
 of a partition holds a campaign's first second only if the previous owner could have sent it
-(streams/throttle.takeover_hold_until), so the estimate must never come out later than the
+(streams/rules/throttle.takeover_hold_until), so the estimate must never come out later than the
 truth, and the start must reach every cache at once (NOTIFY), not at the next poll."""
 
 from __future__ import annotations

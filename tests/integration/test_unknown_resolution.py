@@ -15,7 +15,7 @@ from flashsend.settings import Settings
 from producers.campaign import snapshot
 from producers.mail_topics import ensure_mail_topics
 from sinks.queries import query as named
-from streams.feedback_logic import Thresholds
+from streams.rules.feedback_logic import Thresholds
 from tests.integration.campaign_helpers import progress, statuses
 from tests.integration.test_feedback_agent import Feed, Rec, campaign, query
 

@@ -19,7 +19,7 @@ from flashsend.settings import Settings
 from infra.process import free_port
 from producers.campaign import start_campaign
 from sinks.recipient_store import ClaimedRecipient
-from streams.unsubscribe_token import TokenKeys, make_token
+from streams.rules.unsubscribe_token import TokenKeys, make_token
 from tests.integration.campaign_helpers import admin, new_campaign, wait_finished
 from tests.integration.feedback_helpers import WebhookThread, codec, header, http, read_all
 

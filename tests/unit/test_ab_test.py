@@ -15,7 +15,7 @@ from infra.ses_standin.feedback_plan import (
     Engagement,
     engagement_of,
 )
-from streams.ab_test import (
+from streams.rules.ab_test import (
     Variant,
     VariantCounts,
     VariantError,
@@ -29,7 +29,7 @@ from streams.ab_test import (
     variant_for,
     winner_due,
 )
-from streams.feedback_logic import ses_effect
+from streams.rules.feedback_logic import ses_effect
 
 AB = [Variant("A", "sale_a", 10), Variant("B", "sale_b", 10)]
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.addresses import (
+from streams.rules.addresses import (
     SIMULATOR_DOMAIN,
     _problem,
     is_simulator_address,

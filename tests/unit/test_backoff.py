@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from streams.backoff import RetryPolicy, backoff_ceiling, backoff_delay, retry_schedule
+from streams.rules.backoff import RetryPolicy, backoff_ceiling, backoff_delay, retry_schedule
 
 
 @pytest.mark.parametrize("attempt", range(1, 12))

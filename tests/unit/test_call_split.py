@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from streams.call_split import Bisection
+from streams.rules.call_split import Bisection
 
 
 def run(items: list[int], refuses: set[int]) -> tuple[list[list[int]], list[int], list[int]]:

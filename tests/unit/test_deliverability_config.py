@@ -10,7 +10,7 @@ from flashsend.settings import LOCAL_FIREHOSE_ACCESS_KEY, Settings, load_setting
 from producers.sns_verify import AWS_SNS_HOST_PATTERN
 from producers.unsubscribe_endpoint import _is_one_click
 from sinks.recipient_store import ClaimedRecipient
-from streams.unsubscribe_token import read_token
+from streams.rules.unsubscribe_token import read_token
 
 KEYS = (
     "k2:c2Vjb25kLXNlY3JldC1vZi0zMi1ieXRlcy4uLi4uLi4=,"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from flashsend.lab.feedback_crossing import find_crossing
-from streams.feedback_logic import Thresholds
+from streams.rules.feedback_logic import Thresholds
 
 THRESHOLDS = Thresholds(complaint_rate=0.001, bounce_rate=0.05, min_sample=10_000)
 

@@ -1,11 +1,11 @@
-"""The feedback agent's lag reports and the send side's gate (streams.feedback_lag), on
+"""The feedback agent's lag reports and the send side's gate (streams.rules.feedback_lag), on
 simulated time."""
 
 from __future__ import annotations
 
 import pytest
 
-from streams.feedback_lag import FeedbackGate, ProgressTracker
+from streams.rules.feedback_lag import FeedbackGate, ProgressTracker
 
 
 def test_a_partition_caught_up_reports_nothing_waiting() -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from streams.feedback_logic import (
+from streams.rules.feedback_logic import (
     FeedbackEffect,
     Thresholds,
     Window,

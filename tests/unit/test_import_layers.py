@@ -2,8 +2,13 @@
 
 - The pipeline (producers, streams, sinks, schemas) never imports the command line, the lab
   or the SES stand-in: it ships, they do not.
-- Stores (sinks) use only the pure decision modules of streams, never the agents: a streams
-  module is pure when it imports no I/O library (Faust, Kafka, PostgreSQL, boto3, asyncio).
+- A module is pure when neither it nor anything of ours it imports uses an I/O library
+  (Faust, Kafka, PostgreSQL, boto3, asyncio). streams/rules/ holds the pure decision modules
+  and nothing else; every other streams module is an agent or its I/O, so a name tells rule
+  from agent.
+- Stores (sinks) use only the rules of streams, never the agents.
+- The ground (the modules directly in flashsend/: settings, logs, metrics, deliverability, …)
+  imports no store and no agent: every layer may use it.
 - Nothing but the lab and the local stack imports the SES stand-in (the local stack includes
   `flashsend aws plan|apply`'s local mode, where the stand-in plays SNS).
 """
@@ -22,6 +27,7 @@ PIPELINE = ("producers", "streams", "sinks", "schemas")
 CLI = ("flashsend.cli",)
 LAB = ("flashsend.lab",)
 STANDIN = "infra.ses_standin"
+RULES = "streams.rules"
 IO_LIBRARIES = (
     "faust",
     "mode",
@@ -120,15 +126,43 @@ def within(module: str, prefixes: tuple[str, ...] | str) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
+def impure(ours: dict[str, set[str]], theirs: dict[str, set[str]]) -> set[str]:
+    """Modules that use an I/O library, themselves or through any module of ours they import."""
+    found = {m for m in ours if theirs[m] & set(IO_LIBRARIES)}
+    grew = True
+    while grew:
+        more = {m for m, targets in ours.items() if m not in found and targets & found}
+        found |= more
+        grew = bool(more)
+    return found
+
+
+def is_ground(module: str) -> bool:
+    return (
+        module.count(".") == 1
+        and within(module, "flashsend")
+        and not within(module, ("flashsend.cli", "flashsend.lab", "flashsend.api"))
+    )
+
+
 def violations(ours: dict[str, set[str]], theirs: dict[str, set[str]]) -> list[str]:
-    pure_streams = {m for m in ours if within(m, "streams") and not (theirs[m] & set(IO_LIBRARIES))}
+    doing_io = impure(ours, theirs)
     found = [f"import cycle: {' <-> '.join(c)}" for c in cycles(ours)]
+    for module in sorted(m for m in ours if within(m, "streams") and m not in ("streams", RULES)):
+        if within(module, RULES) and module in doing_io:
+            found.append(f"a rule does I/O: {module}")
+        if not within(module, RULES) and module not in doing_io:
+            found.append(f"a pure module outside streams/rules: {module}")
     for module, targets in sorted(ours.items()):
         for target in sorted(targets):
             if within(module, PIPELINE) and within(target, CLI + LAB):
                 found.append(f"pipeline imports the command line or the lab: {module} -> {target}")
-            if within(module, "sinks") and within(target, "streams") and target not in pure_streams:
+            if within(module, "sinks") and within(target, "streams") and not within(target, RULES):
                 found.append(f"a store imports an agent: {module} -> {target}")
+            if is_ground(module) and (
+                within(target, "sinks") or (within(target, "streams") and not within(target, RULES))
+            ):
+                found.append(f"the ground imports a store or an agent: {module} -> {target}")
             if within(target, STANDIN) and not within(
                 module, (STANDIN, *LAB, "infra.stack", "infra.webhook_service", "infra.aws_apply")
             ):
@@ -147,10 +181,13 @@ def test_the_tree_has_no_cycle_and_its_layers_point_one_way() -> None:
     ("module", "target", "expected"),
     [
         ("sinks.recipient_store", "streams.sender", "a store imports an agent"),
-        ("streams.throttle", "flashsend.cli.campaign", "pipeline imports"),
+        ("streams.rules.throttle", "flashsend.cli.campaign", "pipeline imports"),
         ("producers.campaign", "flashsend.lab", "pipeline imports"),
         ("producers.campaign", "infra.ses_standin.admin", "SES stand-in"),
         ("sinks.offsets", "sinks.recipient_store", "import cycle"),
+        ("flashsend.deliverability", "sinks.recipient_store", "the ground imports a store"),
+        ("flashsend.settings", "streams.sender", "the ground imports a store or an agent"),
+        ("streams.rules.throttle", "sinks.recipient_store", "a rule does I/O"),
     ],
 )
 def test_each_rule_fails_when_broken(module: str, target: str, expected: str) -> None:
@@ -158,3 +195,10 @@ def test_each_rule_fails_when_broken(module: str, target: str, expected: str) ->
     ours.setdefault(target, set())
     ours[module].add(target)
     assert any(expected in v for v in violations(ours, GRAPH[1]))
+
+
+def test_a_pure_module_outside_the_rules_is_named() -> None:
+    ours = {m: set(targets) for m, targets in GRAPH[0].items()}
+    theirs = {m: set(names) for m, names in GRAPH[1].items()}
+    ours["streams.new_rule"], theirs["streams.new_rule"] = {"streams.rules.throttle"}, set()
+    assert "a pure module outside streams/rules: streams.new_rule" in violations(ours, theirs)

@@ -14,8 +14,8 @@ from confluent_kafka import KafkaError
 from producers.outbox_relay import is_transient, lock_key
 from schemas.serde import AvroCodec, SerdeError, registry_client
 from sinks.mail_store import Transition, cancel_outcome, lifecycle_params, transition_events
-from streams.backoff import RetryPolicy
-from streams.mail_logic import (
+from streams.rules.backoff import RetryPolicy
+from streams.rules.mail_logic import (
     CancelMail,
     CancelResult,
     ConfigError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams.outcomes import (
+from streams.rules.outcomes import (
     CONNECT_ERROR,
     EntryResult,
     Outcome,

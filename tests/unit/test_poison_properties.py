@@ -34,10 +34,10 @@ from schemas.doorbell import DoorbellWriter
 from schemas.serde import AvroCodec, registry_client
 from sinks.order_store import MailEvent
 from streams.feedback_ingest import parse_feedback_record
-from streams.feedback_logic import FeedbackEffect
-from streams.field_domains import MAX_EPOCH_MS, MAX_KEY_CHARS
 from streams.mail_ingest import parse_record
-from streams.mail_logic import CancelMail, CreateMail, StaleEvent
+from streams.rules.feedback_logic import FeedbackEffect
+from streams.rules.field_domains import MAX_EPOCH_MS, MAX_KEY_CHARS
+from streams.rules.mail_logic import CancelMail, CreateMail, StaleEvent
 from streams.sender import decode_doorbell
 
 REGISTRY = "mock://poison-properties"

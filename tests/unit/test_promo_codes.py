@@ -7,7 +7,7 @@ import secrets
 
 import pytest
 
-from streams.promo_codes import (
+from streams.rules.promo_codes import (
     ALPHABET,
     MAX_CODE_LENGTH,
     SPARSENESS,

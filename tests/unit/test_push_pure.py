@@ -11,8 +11,8 @@ from infra.ses_standin.faults import FaultConfig
 from infra.ses_standin.push import PushAccount, PushError
 from producers.push_events import is_push_data, parse_push_data
 from producers.ses_events import SesEventInvalid
-from streams.push_feedback import PUSH_INVALID_TOKEN, push_effect
-from streams.push_message import (
+from streams.rules.push_feedback import PUSH_INVALID_TOKEN, push_effect
+from streams.rules.push_message import (
     APNS_COLLAPSE_ID,
     APNS_TTL,
     PushContent,
@@ -20,7 +20,7 @@ from streams.push_message import (
     disabled_ids,
     endpoint_ids,
 )
-from streams.push_outcomes import DeviceOutcome, classify_publish_error
+from streams.rules.push_outcomes import DeviceOutcome, classify_publish_error
 
 CONTENT = PushContent("Sale for {{first_name}}", "Hi {{first_name}}, -50%", 600, "sale-1")
 CONTEXT = {"campaign": "7", "seq": "3"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams.ramp import (
+from streams.rules.ramp import (
     RampError,
     RampStep,
     effective_rate,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from flashsend.lab.ramp_figures import bucket_ms, sliding_windows, step_windows
-from streams.ramp import parse_ramp
+from streams.rules.ramp import parse_ramp
 
 
 def test_sliding_windows_start_at_points_and_are_half_open() -> None:

@@ -25,7 +25,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from producers.dlq import DeadLetter
 from schemas.serde import AvroCodec, latest, registry_client, wait_for_writer_schemas
 from streams.mail_ingest import parse_record
-from streams.mail_logic import CreateMail
+from streams.rules.mail_logic import CreateMail
 
 WRITER_ID = 7  # served once the registry is back
 MISSING_ID = 8  # the registry answers 404: this id does not exist

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.replay_plan import (
+from streams.rules.replay_plan import (
     PartitionPlan,
     blocking,
     clamp_target,

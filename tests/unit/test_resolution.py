@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from streams.feedback_logic import ses_effect
-from streams.resolution import (
+from streams.rules.feedback_logic import ses_effect
+from streams.rules.resolution import (
     FAILED,
     OUTCOME_BY_EVENT,
     SENT,

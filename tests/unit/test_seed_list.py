@@ -9,7 +9,7 @@ import pytest
 
 from flashsend.cli.campaign import read_seed_plan
 from producers.corrections import correction_audience
-from streams.seed_list import (
+from streams.rules.seed_list import (
     DEFAULT_HOLD_S,
     MAX_SEEDS,
     HoldState,

@@ -20,9 +20,9 @@ from infra.ses_standin.sms import SmsAccount
 from infra.ses_standin.stats import max_in_window
 from producers.campaign_ops import create_campaign
 from sinks.recipient_store import ClaimedRecipient, LiveCampaign
-from streams.share_plan import share_plan
+from streams.rules.share_plan import share_plan
+from streams.rules.throttle import WindowPacer, affordable_rows
 from streams.sms_channel import row_segments
-from streams.throttle import WindowPacer, affordable_rows
 
 SMS_CALL = 10
 

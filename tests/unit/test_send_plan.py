@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from streams.send_plan import (
+from streams.rules.send_plan import (
     MAX_WAVE_SLOTS,
     PASSED,
     LocalWindow,

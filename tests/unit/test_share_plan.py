@@ -9,8 +9,8 @@ import random
 
 import pytest
 
+from streams.rules.share_plan import MIN_CYCLE_S, share_plan
 from streams.sender import HANDOFF_S, PLAN_HOLD_S, WINDOW_S
-from streams.share_plan import MIN_CYCLE_S, share_plan
 
 HOLD, AHEAD = PLAN_HOLD_S, HANDOFF_S
 # How far apart the checks of calls SES accepts in one second may be: the second, the hand-off,

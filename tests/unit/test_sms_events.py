@@ -14,8 +14,8 @@ from infra.ses_standin.text_events import text_event
 from producers.event_messages import parse_event_message
 from producers.ses_events import SesEventInvalid
 from schemas.serde import AvroCodec, registry_client
-from streams.resolution import FAILED, SENT
-from streams.sms_feedback import INBOUND, SMS_OPT_OUT, event_effect, opt_out_keyword
+from streams.rules.resolution import FAILED, SENT
+from streams.rules.sms_feedback import INBOUND, SMS_OPT_OUT, event_effect, opt_out_keyword
 
 # "Messaging events", AWS End User Messaging user guide (SMS example log), with our context.
 TEXT_EVENT: dict[str, Any] = {

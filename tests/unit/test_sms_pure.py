@@ -6,9 +6,9 @@ import pytest
 
 from infra.ses_standin.faults import FaultConfig
 from infra.ses_standin.sms import SmsAccount, SmsError
-from streams.phones import normalise_phone, phone_problem
-from streams.sms_outcomes import TextOutcome, classify_text_error
-from streams.sms_text import count_segments, render_body
+from streams.rules.phones import normalise_phone, phone_problem
+from streams.rules.sms_outcomes import TextOutcome, classify_text_error
+from streams.rules.sms_text import count_segments, render_body
 
 
 @pytest.mark.parametrize(

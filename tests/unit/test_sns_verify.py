@@ -37,7 +37,7 @@ from producers.sns_verify import (
     parse_sns_body,
     string_to_sign,
 )
-from streams.feedback_logic import ses_effect
+from streams.rules.feedback_logic import ses_effect
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "sns" / "ses_bounce_notification.json"
 TOPIC = "arn:aws:sns:us-east-1:123456789012:flashsend-ses-events"

@@ -25,7 +25,7 @@ from infra.ses_standin.feedback_plan import (
 )
 from infra.ses_standin.subscriptions import SubscriptionStore, parse_request
 from producers.ses_events import parse_ses_message
-from streams.feedback_logic import ses_effect
+from streams.rules.feedback_logic import ses_effect
 
 NOW = datetime(2026, 5, 8, 12, 0, 0, tzinfo=UTC)
 

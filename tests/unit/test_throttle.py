@@ -18,7 +18,7 @@ import pytest
 
 from flashsend.settings import load_settings
 from streams.mail_app import sender_config
-from streams.throttle import Aimd, Gcra, split_rate
+from streams.rules.throttle import Aimd, Gcra, split_rate
 
 Send = tuple[float, int]  # (send time, recipients)
 

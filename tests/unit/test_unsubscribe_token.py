@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from streams.unsubscribe_token import (
+from streams.rules.unsubscribe_token import (
     MAX_TOKEN_CHARS,
     TokenKeys,
     UnsubscribeClaim,

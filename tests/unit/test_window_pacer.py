@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from infra.ses_standin.stats import max_in_window
-from streams.share_plan import share_plan
-from streams.throttle import WindowPacer, takeover_hold_until
+from streams.rules.share_plan import share_plan
+from streams.rules.throttle import WindowPacer, takeover_hold_until
 
 MAX_ENTRIES = 50
 

@@ -1,6 +1,6 @@
 """What an answer to one Publish to a platform endpoint means for that device (pure).
 
-The rule is SMS's (streams.sms_outcomes) applied per device: RETRY only when SNS certainly did
+The rule is SMS's (streams.rules.sms_outcomes) applied per device: RETRY only when SNS certainly did
 not publish (Throttling, a connection refused before the request left); UNKNOWN whenever it
 might have (read timeout, dropped connection, 5xx); PAUSE when the account or the platform
 application cannot publish at all (every other device would fail the same way); DISABLED when
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from streams.outcomes import CONNECT_ERROR
+from streams.rules.outcomes import CONNECT_ERROR
 
 
 class DeviceOutcome(StrEnum):

@@ -11,7 +11,7 @@ Two kinds of SMS record reach mail.events (producers.sms_events writes them in t
   `@`, so the two never collide).
 - `sms_event_destination`: a TEXT_* event of the configuration set's event destination. It
   names its row through the message's context (`campaign`, `seq`) and settles the row when it
-  is still in doubt (streams.resolution: TEXT_DELIVERED / TEXT_SUCCESSFUL prove it sent, a
+  is still in doubt (streams.rules.resolution: TEXT_DELIVERED / TEXT_SUCCESSFUL prove it sent, a
   permanent failure proves it failed). It counts nowhere and suppresses nothing: a failed
   number may work next month, and STOP is the recipient's own word.
 
@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from streams.feedback_logic import FeedbackEffect, ses_effect
-from streams.push_feedback import is_push, push_effect
-from streams.resolution import proof_of
+from streams.rules.feedback_logic import FeedbackEffect, ses_effect
+from streams.rules.push_feedback import is_push, push_effect
+from streams.rules.resolution import proof_of
 
 SMS_EVENT_DESTINATION = "sms_event_destination"
 SMS_TWO_WAY = "sms_two_way"
@@ -84,7 +84,7 @@ def sms_effect(record: Mapping[str, Any]) -> FeedbackEffect:
 
 def event_effect(record: Mapping[str, Any]) -> FeedbackEffect:
     """Effect of any decoded `ses_event` record: an SMS event's, a push event's
-    (streams.push_feedback), else an SES event's."""
+    (streams.rules.push_feedback), else an SES event's."""
     if is_push(record):
         return push_effect(record)
     return sms_effect(record) if is_sms(record) else ses_effect(record)

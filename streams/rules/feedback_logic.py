@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from streams.addresses import is_simulator_address
-from streams.field_domains import key_problem, storable_ms_problem, text_problem, uuid_problem
-from streams.resolution import EventProof, proof_of
+from streams.rules.addresses import is_simulator_address
+from streams.rules.field_domains import key_problem, storable_ms_problem, text_problem, uuid_problem
+from streams.rules.resolution import EventProof, proof_of
 
 # Counter a feedback event increments, by SES event type.
 _COUNTER = {
@@ -77,7 +77,7 @@ class FeedbackEffect:
 
 def record_problem(schema: str, record: Mapping[str, Any]) -> tuple[str, str] | None:
     """(reason, detail) when a decoded `ses_event` / `unsubscribed` record has a field outside
-    what its effect needs (streams.field_domains: the event id is a uuid key, the address a
+    what its effect needs (streams.rules.field_domains: the event id is a uuid key, the address a
     text key, the time becomes a timestamp), else None."""
     problem = uuid_problem(record.get("event_id"))
     if problem is not None:

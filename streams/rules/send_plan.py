@@ -32,7 +32,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from flashsend.errors import UsageError
-from streams.ab_test import VariantError, parse_duration
+from streams.rules.ab_test import VariantError, parse_duration
 
 TIERS = ("recent", "rest")
 WAVE_SLOT_S = 60.0  # a wave's slots are a minute wide …

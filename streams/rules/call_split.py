@@ -2,7 +2,7 @@
 
 SES validates a SendBulkEmail call before it sends any of it: one destination it cannot use
 (an address our check let through, an unverified recipient in the sandbox) makes it refuse all
-the call's entries with one error, and nothing is sent (`streams.outcomes.is_refused_unsent`).
+the call's entries with one error, and nothing is sent (`streams.rules.outcomes.is_refused_unsent`).
 `Bisection` plans the calls that find the culprits: a refused call is split in two and each
 half sent again; a refused single entry is a culprit and fails with SES's message; a half SES
 answers is answered entry by entry, as any call. Only refused calls are sent again, and a

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from flashsend.errors import UsageError
-from streams.addresses import is_valid_email, normalise_email
+from streams.rules.addresses import is_valid_email, normalise_email
 
 DEFAULT_HOLD_S = 300.0
 # Enough for any team's inboxes and seed-testing services; a list this long is a mistake

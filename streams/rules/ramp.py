@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flashsend.errors import UsageError
-from streams.ab_test import VariantError, parse_duration
+from streams.rules.ab_test import VariantError, parse_duration
 
 
 class RampError(UsageError):

@@ -12,7 +12,7 @@ possibly accept this request?". Marketing is at-most-once (SES has no idempotenc
   with the reason, instead of failing a million rows one batch at a time.
 - FAILED when SES answered and refused this recipient. A call SES refused whole before sending
   any of it (`is_refused_unsent`) is split to find which entries it refused
-  (streams.call_split), so one bad address fails only itself.
+  (streams.rules.call_split), so one bad address fails only itself.
 
 Per-entry statuses come from the botocore model of SESv2 SendBulkEmail; AWS's HTML docs spell
 two of them `*_DOES_NOT_EXIST`, so both spellings are accepted.
@@ -91,8 +91,8 @@ _PAUSE_CODES = frozenset(
 
 
 # Call-level errors that refuse a request SES validated and did not send, and that one entry
-# can cause, so splitting the call isolates it (streams.call_split). botocore's SESv2 model lists
-# for SendBulkEmail: TooManyRequests (429), LimitExceeded, AccountSuspended, SendingPaused,
+# can cause, so splitting the call isolates it (streams.rules.call_split). botocore's SESv2 model
+# lists for SendBulkEmail: TooManyRequests (429), LimitExceeded, AccountSuspended, SendingPaused,
 # MailFromDomainNotVerified, NotFound (404), MessageRejected and BadRequest (400). The first six
 # are about the account, the rate or the campaign's configuration, the same for every entry;
 # BadRequest ("the input you provided is invalid": an address SES cannot use) and

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from streams.feedback_logic import FeedbackEffect
+from streams.rules.feedback_logic import FeedbackEffect
 
 PUSH_PLATFORM = "push_platform"
 PUSH_EVENT_PREFIX = "Push"

@@ -5,7 +5,7 @@ Why per recipient: SES counts its quota in recipients, not API calls; one SendBu
 entries costs 50. SES enforces MaxSendRate per second, so the promise is about ANY sliding
 1-second window at SES, not an average.
 
-Why a window budget per partition for campaigns (`WindowPacer`, and `streams.share_plan` for
+Why a window budget per partition for campaigns (`WindowPacer`, and `streams.rules.share_plan` for
 the shares): whoever owns a Kafka partition owns an integer share of the campaign limit, the
 shares sum to the limit at every instant, and each lane keeps its accepted recipients within
 its share (plus a slack of at most 2 % for its call latency) in every sliding second whatever

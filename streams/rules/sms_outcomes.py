@@ -1,7 +1,7 @@
 """What an answer to one SendTextMessage means for its recipient (pure).
 
 SMS has no idempotency key either, and one message is one call, so the rule is the email
-channel's (streams.outcomes) applied per message: RETRY only when the provider certainly did
+channel's (streams.rules.outcomes) applied per message: RETRY only when the provider certainly did
 not act (a throttle, a connection refused before the request left); UNKNOWN whenever it might
 have (read timeout, dropped connection, 5xx); PAUSE when the account, the origination identity
 or the configuration set cannot send at all (every other message would fail the same way:
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from streams.outcomes import CONNECT_ERROR
+from streams.rules.outcomes import CONNECT_ERROR
 
 
 class TextOutcome(StrEnum):

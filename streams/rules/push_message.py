@@ -11,7 +11,7 @@ platform, each a JSON string of that platform's own payload.
 - `default`: the body, for any other platform.
 
 The body is the campaign's template rendered with the user's variables exactly as an SMS
-body is (streams.sms_text.render_body).
+body is (streams.rules.sms_text.render_body).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from streams.sms_text import render_body
+from streams.rules.sms_text import render_body
 
 MAX_DEVICES = 10  # a push row takes its user's most recently seen endpoints, at most this many
 APNS_TTL = "AWS.SNS.MOBILE.APNS.TTL"

@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from streams.backoff import RetryPolicy
-from streams.field_domains import epoch_ms_problem, key_problem, text_problem, uuid_problem
-from streams.outcomes import Outcome, classify_call_error, is_throttle
+from streams.rules.backoff import RetryPolicy
+from streams.rules.field_domains import epoch_ms_problem, key_problem, text_problem, uuid_problem
+from streams.rules.outcomes import Outcome, classify_call_error, is_throttle
 
 SUPPORTED_VERSIONS: Mapping[str, frozenset[int]] = {
     "OrderConfirmed": frozenset({1}),
@@ -124,7 +124,7 @@ def parse_order_event(
     dead-letter topic) must still stop the delayed mail of a cancelled order, and applying an
     old cancel twice changes nothing. Only a confirmation obeys the age rule (a replay of last
     week must not mail anyone). Every field that reaches a column or a conversion is checked
-    against its domain first (streams.field_domains)."""
+    against its domain first (streams.rules.field_domains)."""
     event_type = event.get("event_type")
     versions = SUPPORTED_VERSIONS.get(str(event_type))
     if versions is None:
@@ -225,7 +225,7 @@ def decide_after_call(
 ) -> Decision:
     """What a failed SendEmail means. (A successful one is simply Next.SENT.)
 
-    The classification is the campaign sender's (streams.outcomes), read for one mail:
+    The classification is the campaign sender's (streams.rules.outcomes), read for one mail:
     - no answer (timeout, dropped connection, 5xx): SES may have sent it. At-most-once ->
       UNKNOWN; at-least-once -> RETRY, and UNKNOWN (not failed) once the budget is spent.
     - throttled: RETRY without spending the budget (SES refused the call before sending).
