@@ -97,11 +97,11 @@ class UnknownRowsStore:
 
     def plan(self, campaign_id: int, older_than_s: float) -> ResendPlan:
         row = self.conn.execute(
-            "SELECT status FROM campaigns WHERE id = %s", (campaign_id,)
+            "SELECT status, channel FROM campaigns WHERE id = %s", (campaign_id,)
         ).fetchone()
         if row is None:
             raise NotFound(f"campaign {campaign_id} does not exist")
-        status = str(row[0])
+        status, channel = str(row[0]), str(row[1])
         rows = [
             UnknownRow(int(s), int(u), str(e), r, c)
             for s, u, e, r, c in self.conn.execute(
@@ -109,7 +109,7 @@ class UnknownRowsStore:
                 {"campaign_id": campaign_id, "older_than_s": older_than_s},
             ).fetchall()
         ]
-        return ResendPlan(campaign_id, status, older_than_s, rows, resend_refusal(status))
+        return ResendPlan(campaign_id, status, older_than_s, rows, resend_refusal(status, channel))
 
     def resend(
         self,

@@ -157,8 +157,15 @@ def parse_duration(text: str) -> float:
     return sum(float(n) * _UNIT_S[u] for n, u in parts)
 
 
-def resend_refusal(campaign_status: str) -> str | None:
+def resend_refusal(campaign_status: str, channel: str = "email") -> str | None:
     """Why the unknown rows of a campaign in this status may not be queued again, or None."""
+    if channel == "push":
+        # A push row is one user's devices: a call in doubt may have reached some of them,
+        # and a resend would notify those twice.
+        return (
+            "it is a push campaign: an unknown row names several devices, any of which may "
+            "have the notification already, so it is not resent"
+        )
     if campaign_status in RESEND_FROM:
         return None
     if campaign_status == "cancelled":

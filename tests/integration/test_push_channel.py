@@ -24,6 +24,7 @@ from producers.campaign import start_campaign
 from producers.campaign_ops import create_campaign
 from producers.push_setup import ensure_applications, register
 from producers.reconcile import requeue_after_resume
+from producers.resend_unknown import plan_resend
 from sinks.campaign_store import CampaignStore
 from sinks.push import Notification, PushCallFailed, PushSender, make_push_client
 from sinks.users import seed_users
@@ -208,6 +209,9 @@ def test_push_chaos_kills_and_hangs_keep_the_invariants(settings: Settings) -> N
         result, default=str
     )
     assert result["unknown"] <= result["unknown_bound"], result
+    # Rows in doubt stay so: a resend would notify twice the devices the call reached.
+    plan = plan_resend(settings, result["campaign_id"], older_than_s=0)
+    assert plan.refusal is not None and "push campaign" in plan.refusal, plan.refusal
 
 
 def test_push_pause_stops_within_a_second_and_the_limit_counts_publishes(

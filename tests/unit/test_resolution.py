@@ -132,3 +132,9 @@ def test_resend_refusal_allows_only_campaigns_that_can_still_send() -> None:
     assert "cancelled" in str(resend_refusal("cancelled"))
     for status in ("draft", "snapshotting", "failed"):
         assert f"it is {status}" in str(resend_refusal(status))
+
+
+def test_a_push_campaigns_unknown_rows_are_never_resent() -> None:
+    for status in ("sending", "paused", "done"):
+        assert "push campaign" in str(resend_refusal(status, "push"))
+    assert resend_refusal("done", "sms") is None
