@@ -16,8 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import (
     ClientError,
     ConnectionClosedError,
@@ -28,6 +26,7 @@ from botocore.exceptions import (
 
 from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
+from sinks.aws_client import provider_client
 from sinks.ses_body import MAX_REPLACEMENT_HEADERS, BulkEntry, EncodedEntries
 
 __all__ = [
@@ -77,25 +76,12 @@ def make_client(
     settings: Settings, *, timeout: float | None = None, pool: int | None = None
 ) -> Any:
     """One client per worker: clients are thread-safe; size the pool to the calls in flight."""
-    config = Config(
-        retries={"total_max_attempts": 1, "mode": "standard"},
-        parameter_validation=False,
-        connect_timeout=min(5.0, timeout or settings.ses_timeout_s),
-        read_timeout=timeout or settings.ses_timeout_s,
-        max_pool_connections=pool or max(10, settings.inflight_calls * 2),
-        tcp_keepalive=True,
-    )
-    client = boto3.session.Session().client(
+    return provider_client(
+        settings,
         "sesv2",
-        endpoint_url=settings.ses_endpoint_url,
-        region_name=settings.ses_region,
-        aws_access_key_id=settings.ses_access_key_id if settings.ses_endpoint_url else None,
-        aws_secret_access_key=(
-            settings.ses_secret_access_key.get_secret_value() if settings.ses_endpoint_url else None
-        ),
-        config=config,
+        timeout_s=timeout or settings.ses_timeout_s,
+        pool=pool or max(10, settings.inflight_calls * 2),
     )
-    return client
 
 
 # botocore's rest-json serializer walks the service model for every value it sends: for a

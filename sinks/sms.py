@@ -13,8 +13,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import (
     ClientError,
     ConnectionClosedError,
@@ -25,6 +23,7 @@ from botocore.exceptions import (
 
 from flashsend.errors import FlashsendError
 from flashsend.settings import Settings
+from sinks.aws_client import provider_client
 
 MAX_CONTEXT_KEYS = 5  # the model's ContextMap bound
 
@@ -60,24 +59,11 @@ class TextMessage:
 
 
 def make_sms_client(settings: Settings, *, pool: int | None = None) -> Any:
-    config = Config(
-        retries={"total_max_attempts": 1, "mode": "standard"},
-        parameter_validation=False,
-        connect_timeout=min(5.0, settings.sms_timeout_s),
-        read_timeout=settings.sms_timeout_s,
-        max_pool_connections=pool or max(10, settings.sms_inflight_calls * 2),
-        tcp_keepalive=True,
-    )
-    local = bool(settings.ses_endpoint_url)
-    return boto3.session.Session().client(
+    return provider_client(
+        settings,
         "pinpoint-sms-voice-v2",
-        endpoint_url=settings.ses_endpoint_url,
-        region_name=settings.ses_region,
-        aws_access_key_id=settings.ses_access_key_id if local else None,
-        aws_secret_access_key=(
-            settings.ses_secret_access_key.get_secret_value() if local else None
-        ),
-        config=config,
+        timeout_s=settings.sms_timeout_s,
+        pool=pool or max(10, settings.sms_inflight_calls * 2),
     )
 
 
