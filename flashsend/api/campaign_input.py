@@ -39,12 +39,16 @@ def create_options(
                 f"no audience named {body.audience!r}; an admin registers one "
                 "(flashsend audience add NAME --where SQL, or POST /api/v1/audiences)",
             )
-    if body.channel == "sms" and not body.body:
-        raise field_error("body.body", "an SMS campaign needs its message")
-    if body.channel == "email" and body.body:
-        raise field_error("body.body", "body is the text of an SMS campaign (channel sms)")
-    if body.channel == "sms" and body.template:
-        raise field_error("body.template", "an SMS campaign has a body, not a template")
+    texted = body.channel in ("sms", "push")
+    if texted and not body.body:
+        raise field_error("body.body", f"a {body.channel} campaign needs its message")
+    if not texted and body.body:
+        raise field_error("body.body", "body is the text of an SMS or push campaign")
+    if texted and body.template:
+        raise field_error("body.template", f"a {body.channel} campaign has a body, not a template")
+    for field in ("ttl_s", "collapse_key"):
+        if body.channel != "push" and getattr(body, field) is not None:
+            raise field_error(f"body.{field}", "for push campaigns (channel push)")
     ab = None
     if body.variants:
         try:
@@ -67,7 +71,7 @@ def create_options(
         raise _field("ramp", exc) from None
     return {
         "name": body.name,
-        "template": body.body if body.channel == "sms" else (body.template or DEFAULT_TEMPLATE),
+        "template": body.body if texted else (body.template or DEFAULT_TEMPLATE),
         "channel": body.channel,
         "rate_unit": body.rate_unit,
         "rate": body.rate,
@@ -79,6 +83,8 @@ def create_options(
         "schedule": schedule,
         "ramp": ramp,
         "correction_of": body.correction_of,
+        "push_ttl_s": body.ttl_s,
+        "push_collapse_key": body.collapse_key,
     }
 
 

@@ -16,11 +16,17 @@ class CampaignCreate(_Body):
     """`flashsend campaign create`, with a registered audience's name instead of SQL."""
 
     name: str = Field(min_length=1, max_length=200, description="a name for people")
-    channel: Literal["email", "sms"] = "email"
+    channel: Literal["email", "sms", "push"] = "email"
     template: str | None = Field(
         default=None, description="SES template (email; default flash_sale)"
     )
-    body: str | None = Field(default=None, description="the message of an SMS campaign")
+    body: str | None = Field(default=None, description="the message of an SMS or push campaign")
+    ttl_s: int | None = Field(
+        default=None, ge=0, le=2_419_200, description="push: how long a notification may wait"
+    )
+    collapse_key: str | None = Field(
+        default=None, max_length=64, description="push: a newer notification replaces older"
+    )
     from_address: str | None = None
     configuration_set: str | None = None
     rate: float | None = Field(default=None, ge=0, description="recipients/s; 0 = unlimited")

@@ -288,3 +288,22 @@ def test_an_open_event_stream_ends_when_its_key_is_revoked(settings: Settings) -
                     break
                 assert frames < 400, "the stream goes on after its key was revoked"
         assert ended
+
+
+def test_a_push_campaign_is_created_with_its_ttl_and_collapse_key(settings: Settings) -> None:
+    with serve(settings) as api, api.client("admin") as admin:
+        made = admin.post(
+            "/api/v1/campaigns",
+            json={"name": "p", "channel": "push", "body": "Hi", "ttl_s": 600, "collapse_key": "k"},
+        )
+        assert made.status_code == 201, made.text
+        cid = made.json()["id"]
+        bad = assert_problem(admin.post("/api/v1/campaigns", json={"name": "e", "ttl_s": 600}), 422)
+        assert bad["errors"][0]["field"] == "body.ttl_s"
+        assert_problem(admin.post("/api/v1/campaigns", json={"name": "p", "channel": "push"}), 422)
+    with psycopg.connect(settings.pg_dsn) as conn:
+        row = conn.execute(
+            "SELECT channel, template, push_ttl_s, push_collapse_key FROM campaigns WHERE id = %s",
+            (cid,),
+        ).fetchone()
+    assert row == ("push", "Hi", 600, "k")
