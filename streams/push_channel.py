@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -44,6 +42,7 @@ from sinks.push import Notification, PushCallFailed, PushSender
 from sinks.push_store import DeviceEndpoint, PushStore
 from sinks.recipient_store import ClaimedRecipient, LiveCampaign, RowResult
 from streams.call_outcome import CallOutcome
+from streams.provider_calls import ProviderCalls, wait_until
 from streams.rules.push_message import PushContent, build_message, disabled_ids, endpoint_ids
 from streams.rules.push_outcomes import DeviceOutcome, DeviceVerdict, classify_publish_error
 from streams.sms_channel import QUIET_HOURS, body_values, message_context, past_deadline
@@ -103,6 +102,10 @@ class RowDevices:
         ]
 
 
+def _publish(push: PushSender, notification: Notification) -> str:
+    return push.publish(notification)
+
+
 class PushChannel:
     def __init__(
         self,
@@ -117,12 +120,8 @@ class PushChannel:
         self.max_entries = call_size
         self._clock = clock
         self._store = store
-        self._push: PushSender | None = push if isinstance(push, PushSender) else None
-        self._make_push = push if not isinstance(push, PushSender) else None
-        self._making = threading.Lock()
+        self._calls = ProviderCalls(push, PushSender, inflight=inflight, name="push")
         self._is_sending = is_sending
-        self._executor = ThreadPoolExecutor(max_workers=inflight, thread_name_prefix="push")
-        self._slots = asyncio.Semaphore(inflight)
         self.stats: dict[str, int] = {"calls": 0, "republished_after_throttle": 0}
 
     async def send(
@@ -131,8 +130,7 @@ class PushChannel:
         rows: list[ClaimedRecipient],
         not_before: float = float("-inf"),
     ) -> CallOutcome:
-        while (wait := not_before - time.monotonic()) > 0:
-            await asyncio.sleep(wait)
+        await wait_until(not_before)
         outcome = CallOutcome([], [])
         try:
             known = await self._store.endpoints(
@@ -249,7 +247,7 @@ class PushChannel:
         self, campaign: LiveCampaign, row: ClaimedRecipient, endpoint: DeviceEndpoint
     ) -> tuple[str | None, DeviceVerdict | None, float | None]:
         """(MessageId, None, answered at) or (None, verdict, answered at or None)."""
-        async with self._slots:
+        async with self._calls.slots:
             if not self._is_sending(campaign.id):
                 return None, STOPPED, time.monotonic()
             if past_deadline(row, self._clock()):
@@ -263,11 +261,8 @@ class PushChannel:
             notification = Notification(endpoint.endpoint_arn, message, attributes)
             self.stats["calls"] += 1
             began = time.monotonic()
-            loop = asyncio.get_running_loop()
             try:
-                message_id, answered_at = await loop.run_in_executor(
-                    self._executor, self._timed_publish, notification
-                )
+                message_id, answered_at = await self._calls.call(_publish, notification)
             except PushCallFailed as exc:
                 metrics.observe_ses_call(API, time.monotonic() - began, exc.code or "error")
                 answered = None if exc.http_status is None else time.monotonic()
@@ -276,20 +271,8 @@ class PushChannel:
             metrics.observe_ses_call(API, answered_at - began, "ok")
             return message_id, None, answered_at
 
-    def _timed_publish(self, notification: Notification) -> tuple[str, float]:
-        message_id = self._sender().publish(notification)
-        return message_id, time.monotonic()
-
-    def _sender(self) -> PushSender:
-        if self._push is None:
-            with self._making:  # once: see SmsChannel._sender
-                if self._push is None:
-                    assert self._make_push is not None
-                    self._push = self._make_push()
-        return self._push
-
     def segments(self, campaign: LiveCampaign, row: ClaimedRecipient) -> int:
         return row_publishes(row, self._clock())
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._calls.close()

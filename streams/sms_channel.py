@@ -22,10 +22,8 @@ message sent are counted (streams.rules.sms_text) in `flashsend_sms_segments_tot
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,6 +31,7 @@ from flashsend import metrics
 from sinks.recipient_store import ClaimedRecipient, LiveCampaign, RowResult
 from sinks.sms import SmsCallFailed, SmsSender, TextMessage
 from streams.call_outcome import CallOutcome
+from streams.provider_calls import ProviderCalls, wait_until
 from streams.rules.phones import INVALID_PHONE, normalise_phone, phone_problem
 from streams.rules.sms_outcomes import TextOutcome, classify_text_error
 from streams.rules.sms_text import count_segments, render_body
@@ -80,6 +79,10 @@ def row_segments(campaign: LiveCampaign, row: ClaimedRecipient) -> int:
     return count_segments(render_body(campaign.template_for(row.variant), body_values(row))).count
 
 
+def _send_text(sms: SmsSender, message: TextMessage) -> str:
+    return sms.send_text(message)
+
+
 class SmsChannel:
     def __init__(
         self,
@@ -92,14 +95,8 @@ class SmsChannel:
     ) -> None:
         self.max_entries = call_size
         self._clock = clock
-        # A factory is called at the first message: a worker that never sends an SMS never
-        # loads the service's model nor opens its connections.
-        self._sms: SmsSender | None = sms if isinstance(sms, SmsSender) else None
-        self._make_sms = sms if not isinstance(sms, SmsSender) else None
-        self._making = threading.Lock()
+        self._calls = ProviderCalls(sms, SmsSender, inflight=inflight, name="sms")
         self._is_sending = is_sending
-        self._executor = ThreadPoolExecutor(max_workers=inflight, thread_name_prefix="sms")
-        self._slots = asyncio.Semaphore(inflight)
         self.stats: dict[str, int] = {"calls": 0}
 
     async def send(
@@ -108,8 +105,7 @@ class SmsChannel:
         rows: list[ClaimedRecipient],
         not_before: float = float("-inf"),
     ) -> CallOutcome:
-        while (wait := not_before - time.monotonic()) > 0:
-            await asyncio.sleep(wait)
+        await wait_until(not_before)
         outcome = CallOutcome([], [])
         requests: list[tuple[ClaimedRecipient, TextMessage]] = []
         now = self._clock()
@@ -178,18 +174,15 @@ class SmsChannel:
         """(MessageId, None, answered at) or (None, failure, answered at or None); (None, None,
         now) when the campaign stopped sending before this message's request, (None, QUIET,
         now) when the row's send window ended before it."""
-        async with self._slots:
+        async with self._calls.slots:
             if not self._is_sending(campaign_id):
                 return None, None, time.monotonic()
             if past_deadline(row, self._clock()):
                 return None, QUIET, time.monotonic()
             self.stats["calls"] += 1
             began = time.monotonic()
-            loop = asyncio.get_running_loop()
             try:
-                message_id, answered_at = await loop.run_in_executor(
-                    self._executor, self._timed_send, message
-                )
+                message_id, answered_at = await self._calls.call(_send_text, message)
             except SmsCallFailed as exc:
                 metrics.observe_ses_call(API, time.monotonic() - began, exc.code or "error")
                 answered = None if exc.http_status is None else time.monotonic()
@@ -197,26 +190,8 @@ class SmsChannel:
             metrics.observe_ses_call(API, answered_at - began, "ok")
             return message_id, None, answered_at
 
-    def _timed_send(self, message: TextMessage) -> tuple[str, float]:
-        """In the executor's thread: the answer's moment is read there (see the sender's
-        `_timed_send_bulk`: the hop back to a busy loop must not shorten the pacing window)."""
-        message_id = self._sender().send_text(message)
-        return message_id, time.monotonic()
-
-    def _sender(self) -> SmsSender:
-        if self._sms is None:
-            # Once, by the first thread: every executor thread at a fresh worker's first calls
-            # would otherwise build a client of its own, each loading the service's model
-            # under the GIL (16 at once took 1.8 s on an idle machine), while the rows of
-            # those calls are in a call and their lease runs.
-            with self._making:
-                if self._sms is None:
-                    assert self._make_sms is not None
-                    self._sms = self._make_sms()
-        return self._sms
-
     def segments(self, campaign: LiveCampaign, row: ClaimedRecipient) -> int:
         return row_segments(campaign, row)
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._calls.close()
