@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from flashsend.api import campaigns, extras
-from flashsend.api.console.pages import SECURITY_HEADERS, render, to_sign_in
+from flashsend.api.console.pages import SECURITY_HEADERS, over_budget, render, to_sign_in
 from flashsend.api.console.session import (
     SIGN_IN_COOKIE,
     BudgetSpent,
@@ -65,14 +65,7 @@ async def _checked(request: Request, needs: str) -> tuple[ConsoleUser, dict[str,
     try:
         user = await run_in_threadpool(current, request)
     except BudgetSpent:
-        return render(
-            request,
-            "message.html",
-            None,
-            429,
-            title="Too many requests",
-            text="Over this key's request budget: wait a moment and retry.",
-        )
+        return over_budget(request, "retry")
     if user is None:
         return _refuse(request, None, "Not signed in (or the session ended): sign in again.")
     if not csrf_ok(request, user, form):

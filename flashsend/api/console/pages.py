@@ -85,19 +85,24 @@ def to_sign_in() -> RedirectResponse:
     return RedirectResponse("/console/sign-in", status_code=303, headers=SECURITY_HEADERS)
 
 
+def over_budget(request: Request, then: str) -> Response:
+    """429 for a session whose key spent its request budget; `then`: what the user does."""
+    return render(
+        request,
+        "message.html",
+        None,
+        429,
+        title="Too many requests",
+        text=f"Over this key's request budget: wait a moment and {then}.",
+    )
+
+
 def signed_in(request: Request) -> ConsoleUser | Response:
     """The user, or the answer to send instead: sign-in for none, 429 over the budget."""
     try:
         user = current(request)
     except BudgetSpent:
-        return render(
-            request,
-            "message.html",
-            None,
-            429,
-            title="Too many requests",
-            text="Over this key's request budget: wait a moment and reload.",
-        )
+        return over_budget(request, "reload")
     return user if user is not None else to_sign_in()
 
 
