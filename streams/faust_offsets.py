@@ -25,8 +25,7 @@ import inspect
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
@@ -104,10 +103,9 @@ async def _resume(coro: Coroutine[Any, Any, Any], yielded: Any) -> Any:
 FETCH_TIMEOUT_S = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class Consumed:
+class Consumed(NamedTuple):
     """One Kafka record as a batch handler reads it (the fields of a Faust message it uses;
-    `timestamp` in epoch seconds, as Faust gives it)."""
+    `timestamp` in epoch seconds, as Faust gives it; a tuple: one per record)."""
 
     topic: str
     partition: int

@@ -33,8 +33,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 SENT = "sent"
 FAILED = "failed"
@@ -72,9 +71,8 @@ RESEND_FROM = {
 }
 
 
-@dataclass(frozen=True)
-class EventProof:
-    """What one SES event proves about one campaign row."""
+class EventProof(NamedTuple):
+    """What one SES event proves about one campaign row (a tuple: one per event)."""
 
     campaign_id: int
     seq: int

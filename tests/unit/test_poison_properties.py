@@ -36,7 +36,7 @@ from sinks.order_store import MailEvent
 from streams.feedback_ingest import parse_feedback_record
 from streams.mail_ingest import parse_record
 from streams.rules.feedback_logic import FeedbackEffect
-from streams.rules.field_domains import MAX_EPOCH_MS, MAX_KEY_CHARS
+from streams.rules.field_domains import MAX_EPOCH_MS, MAX_KEY_CHARS, uuid_problem
 from streams.rules.mail_logic import CancelMail, CreateMail, StaleEvent
 from streams.sender import decode_doorbell
 
@@ -416,3 +416,28 @@ def test_doorbells_are_dead_lettered_or_name_rows(
         assert queued.error is not None and queued.error.reason
         return
     assert queued.doorbell["campaign_id"] >= 1 and all(0 < s < 2**31 for s in queued.seqs)
+
+
+# The spellings a uuid column takes besides the canonical one, and near misses of it.
+UUID_SPELLINGS = st.one_of(
+    GOOD_UUID,
+    GOOD_UUID.map(str.upper),
+    GOOD_UUID.map(lambda u: "{" + u + "}"),
+    GOOD_UUID.map(lambda u: u.replace("-", "")),
+    GOOD_UUID.map(lambda u: "urn:uuid:" + u),
+    st.tuples(GOOD_UUID, st.integers(0, 35), st.sampled_from("gz-_ \x00G")).map(
+        lambda t: t[0][: t[1]] + t[2] + t[0][t[1] + 1 :]
+    ),
+    st.text(alphabet="0123456789abcdef-", min_size=30, max_size=40),
+    UUID_TEXT,
+)
+
+
+@given(UUID_SPELLINGS)
+def test_an_event_id_passes_exactly_when_it_is_a_uuid(value: str) -> None:
+    try:
+        uuid.UUID(value)
+        parses = len(value) <= 64
+    except ValueError:
+        parses = False
+    assert (uuid_problem(value) is None) == parses, value
