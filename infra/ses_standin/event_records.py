@@ -48,8 +48,15 @@ _BOUNCES = {
 
 
 def iso(t: float | datetime) -> str:
-    moment = t if isinstance(t, datetime) else datetime.fromtimestamp(t, UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    if isinstance(t, datetime):
+        return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return _iso_epoch(t)
+
+
+@functools.lru_cache(maxsize=4096)
+def _iso_epoch(t: float) -> str:
+    # The recipients of one call share its acceptance time: formatted once, not per event.
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 @functools.lru_cache(maxsize=1024)

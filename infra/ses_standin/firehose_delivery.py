@@ -182,7 +182,8 @@ class FirehoseDelivery:
         request_id = str(uuid.uuid4())
         body = request_body(request_id, batch)
         if config.gzip:
-            body = gzip.compress(body, compresslevel=5)
+            # Level 1: a third of level 5's CPU for ~9 % more bytes, on loopback.
+            body = gzip.compress(body, compresslevel=1)
         headers = [
             *request_headers(request_id, config.access_key, gzip=config.gzip),
             ("X-Amz-Firehose-Source-Arn", config.arn),
