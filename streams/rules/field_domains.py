@@ -80,14 +80,6 @@ def key_problem(value: Any, max_chars: int = MAX_KEY_CHARS) -> str | None:
     return None
 
 
-def _plain(value: Any, max_chars: int) -> bool:
-    """A scalar that is no text problem (checked without building a field path)."""
-    kind = type(value)
-    if kind is str:
-        return "\x00" not in value and len(value) <= max_chars
-    return value is None or kind is int or kind is float or kind is bool
-
-
 def text_problem(record: Any, max_chars: int = MAX_TEXT_CHARS, path: str = "") -> str | None:
     """Any string anywhere in `record` (maps, arrays) that PostgreSQL cannot store (NUL) or
     that is longer than `max_chars`; names the field."""
@@ -99,8 +91,14 @@ def text_problem(record: Any, max_chars: int = MAX_TEXT_CHARS, path: str = "") -
         return None
     if isinstance(record, Mapping):
         for key, value in record.items():
-            if type(key) is str and _plain(value, max_chars) and _plain(key, max_chars):
-                continue  # the usual field: no path built, no recursion
+            # The usual field, inline: a short key and a scalar (no path built, no recursion).
+            if type(key) is str and "\x00" not in key and len(key) <= max_chars:
+                kind = type(value)
+                if kind is str:
+                    if "\x00" not in value and len(value) <= max_chars:
+                        continue
+                elif value is None or kind is int or kind is float or kind is bool:
+                    continue
             problem = text_problem(key, max_chars, path) or text_problem(
                 value, max_chars, f"{path}.{key}" if path else str(key)
             )

@@ -36,7 +36,7 @@ from sinks.order_store import MailEvent
 from streams.feedback_ingest import parse_feedback_record
 from streams.mail_ingest import parse_record
 from streams.rules.feedback_logic import FeedbackEffect
-from streams.rules.field_domains import MAX_EPOCH_MS, MAX_KEY_CHARS, uuid_problem
+from streams.rules.field_domains import MAX_EPOCH_MS, MAX_KEY_CHARS, text_problem, uuid_problem
 from streams.rules.mail_logic import CancelMail, CreateMail, StaleEvent
 from streams.sender import decode_doorbell
 
@@ -441,3 +441,22 @@ def test_an_event_id_passes_exactly_when_it_is_a_uuid(value: str) -> None:
     except ValueError:
         parses = False
     assert (uuid_problem(value) is None) == parses, value
+
+
+@pytest.mark.parametrize(
+    ("record", "problem"),
+    [
+        ({"a": "x", "n": 1, "f": 0.5, "b": True, "z": None, "t": {"k": "v"}}, None),
+        ({"a": "x\x00"}, "a: contains NUL"),
+        ({"a\x00": "x"}, "value: contains NUL"),
+        ({"tags": {"k\x00": "v"}}, "tags: contains NUL"),
+        ({"tags": {"k": "v\x00"}}, "tags.k: contains NUL"),
+        ({"list": ["ok", "no\x00"]}, "list[1]: contains NUL"),
+        ({"a": "x" * 70_000}, "a: 70000 characters, at most 65536"),
+        ({"k" * 70_000: 1}, "value: 70000 characters, at most 65536"),
+    ],
+)
+def test_text_problem_finds_any_string_a_column_cannot_hold(
+    record: dict[str, Any], problem: str | None
+) -> None:
+    assert text_problem(record) == problem
