@@ -101,6 +101,8 @@ async def _resume(coro: Coroutine[Any, Any, Any], yielded: Any) -> Any:
 
 # How long one fetch waits for records (seconds) when none is buffered.
 FETCH_TIMEOUT_S = 1.0
+# How often a consumer refreshes the cluster's metadata (ms).
+METADATA_MAX_AGE_MS = 10_000
 
 
 class Consumed(NamedTuple):
@@ -310,6 +312,10 @@ def app_options(settings: Any, app_id: str, partitions: int, **overrides: Any) -
         "broker_heartbeat_interval": max(0.5, settings.group_session_timeout_s / 10),
         "broker_rebalance_timeout": settings.group_rebalance_timeout_s,
         "broker_commit_interval": 5.0,
+        # A rebalance led while a topic is missing from the metadata (a broker just restarted)
+        # assigns none of its partitions; the member asks again once a metadata refresh shows
+        # them, every 5 minutes by default: meanwhile that topic is not consumed at all.
+        "consumer_metadata_max_age_ms": METADATA_MAX_AGE_MS,
         "datadir": str(settings.state_dir / "faust" / app_id),
     }
     if getattr(settings, "worker_instance", ""):
