@@ -102,6 +102,7 @@ class RowDevices:
         ]
 
 
+# On the instance, not the class's function: a subclass's override is the one that runs.
 def _publish(push: PushSender, notification: Notification) -> str:
     return push.publish(notification)
 

@@ -79,6 +79,7 @@ def row_segments(campaign: LiveCampaign, row: ClaimedRecipient) -> int:
     return count_segments(render_body(campaign.template_for(row.variant), body_values(row))).count
 
 
+# On the instance, not the class's function: a subclass's override is the one that runs.
 def _send_text(sms: SmsSender, message: TextMessage) -> str:
     return sms.send_text(message)
 

@@ -20,11 +20,6 @@ from tests.integration.feedback_helpers import (
 )
 
 
-def _topic_exists(settings: Settings) -> bool:
-    topics = admin_client(settings.kafka_bootstrap).list_topics(timeout=10).topics
-    return settings.topic_mail_events in topics
-
-
 def test_the_feedback_worker_consumes_a_topic_that_came_back(
     settings: Settings, tmp_path: Path
 ) -> None:
@@ -35,8 +30,9 @@ def test_the_feedback_worker_consumes_a_topic_that_came_back(
         log = tmp_path / "feedback" / "feedback-worker-0.log"
         wait_for("the worker's first assignment", lambda: "seeked to postgres" in _read(log), 90)
         admin = admin_client(settings.kafka_bootstrap)
-        admin.delete_topics([settings.topic_mail_events])[settings.topic_mail_events].result(30)
-        wait_for("the topic gone", lambda: not _topic_exists(settings), 30)
+        topic = settings.topic_mail_events
+        admin.delete_topics([topic])[topic].result(30)
+        wait_for("the topic gone", lambda: topic not in admin.list_topics(timeout=10).topics, 30)
         wait_for("a rebalance without it", lambda: "Ignoring missing topic" in _read(log), 60)
         ensure_mail_topics(settings)
         cid = done_campaign(settings)
